@@ -1,0 +1,32 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   -> local venv + dependencies, then a real episode on the embedded defaults
+#   make test   -> local venv + dependencies (CPU torch for SB3), then the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test venv baselines clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# CPU torch first, from the pinned constraint, so that SB3 never pulls a CUDA build.
+	$(PIP) install --quiet -c constraints.txt torch==2.13.0
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+baselines: $(STAMP)
+	$(PY) examples/baselines.py --seeds 200
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

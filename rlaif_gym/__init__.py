@@ -1,0 +1,30 @@
+"""rlaif_gym: a Babylon-style market and social world as a Gymnasium environment for RLAIF.
+
+`import rlaif_gym` registers `RLAIF-v0` (also reachable as `gym.make("rlaif_gym:RLAIF-v0")`).
+"""
+
+from .config import RLAIFEnvConfig
+from .envs import RLAIFEnv, register_envs
+from .errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError
+
+__version__ = "0.1.0"
+
+BabylonRLAIFEnv = RLAIFEnv
+"""Alias kept for users of the original Babylon system."""
+BabylonEnvConfig = RLAIFEnvConfig
+"""Alias kept for users of the original Babylon system."""
+
+register_envs()
+
+__all__ = [
+    "BabylonEnvConfig",
+    "BabylonRLAIFEnv",
+    "ConfigError",
+    "DependencyNotInstalled",
+    "InvalidActionError",
+    "RLAIFEnv",
+    "RLAIFEnvConfig",
+    "RLAIFError",
+    "ResetNeeded",
+    "__version__",
+]

@@ -1,0 +1,138 @@
+"""`RLAIFEnvConfig`: the validated, documented configuration of the RLAIF envs (pydantic v2).
+
+Unknown keys are rejected with a "did you mean" hint; bad values raise `ConfigError` naming the
+field, the value and the accepted range. The world fields carry the same names and defaults as the
+sim's `WorldParams` (a test pins that), which the env builds from this config.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+__all__ = ["REWARD_COMPONENTS", "RLAIFEnvConfig"]
+
+REWARD_COMPONENTS = ("pnl", "format", "reasoning", "behavior", "risk")
+
+
+class RLAIFEnvConfig(BaseModel):
+    """Configuration of `RLAIFEnv`. Money in simulated USD, time in ticks (one simulated hour)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    # --- world
+    num_ticks: int = Field(168, ge=1, description="Episode length in ticks; the env truncates here.")
+    starting_cash: float = Field(10_000.0, gt=0, description="Agent cash at reset, USD.")
+    num_markets: int = Field(4, ge=1, le=16, description="Prediction markets open at once.")
+    num_perps: int = Field(3, ge=1, le=5, description="Perpetual-futures tickers.")
+    num_npcs: int = Field(8, ge=1, le=64, description="NPC traders and posters.")
+    num_groups: int = Field(3, ge=1, le=3, description="Group chats the agent may join.")
+    market_liquidity: float = Field(5_000.0, gt=0, description="CPMM pool depth per side at 50%, shares.")
+    fee_rate: float = Field(0.001, ge=0, lt=0.1, description="Fee on trades and perp notional (fraction).")
+    min_fee: float = Field(0.01, ge=0, description="Minimum fee per agent trade, USD.")
+    min_order: float = Field(1.0, gt=0, description="Smallest agent order, USD or shares.")
+    market_duration_min: int = Field(24, ge=1, description="Shortest market life, ticks.")
+    market_duration_max: int = Field(72, ge=1, description="Longest market life, ticks.")
+    max_leverage: float = Field(10.0, ge=1, le=100, description="Perp leverage cap.")
+    funding_interval: int = Field(8, ge=1, description="Ticks between perp funding payments.")
+    perp_volatility: float = Field(0.006, ge=0, lt=0.2, description="Per-tick log-return std of perps.")
+    news_rate: float = Field(0.6, ge=0, le=1, description="Probability of a market news item per tick.")
+    post_rate: float = Field(0.7, ge=0, le=1, description="Probability of an NPC post per tick.")
+    tip_rate: float = Field(0.2, ge=0, le=1, description="Probability of a tip per group chat per tick.")
+    npc_trade_rate: float = Field(0.5, ge=0, le=1, description="Probability that each NPC trades per tick.")
+    npc_starting_cash: float = Field(5_000.0, ge=0, description="Each NPC's cash at reset, USD.")
+    narrative_rate: float = Field(0.06, ge=0, le=1, description="Per-tick chance a hidden perp narrative starts.")
+
+    # --- reward
+    pnl_scale: float = Field(10.0, gt=0, description="pnl component = clip(pnl_scale x pnl_delta / starting_cash).")
+    risk_threshold: float = Field(0.8, gt=0, description="Exposure / equity above which adding exposure is risky.")
+    risk_penalty: float = Field(0.5, ge=0, description="Size of the risk penalty (component = -risk_penalty).")
+    reward_weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Overrides of the component weights (pnl .5, format .25, reasoning .15, behavior .10, "
+        "risk = the pnl weight). 0 reports a component without adding it.",
+    )
+
+    # --- numeric face
+    numeric_perp_leverage: float = Field(2.0, ge=1, description="Leverage of numeric open_perp actions.")
+
+    def __init__(self, **data: Any) -> None:
+        _reject_unknown_keys(data)
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(_friendly(exc)) from None
+
+    @classmethod
+    def from_any(cls, config: RLAIFEnvConfig | Mapping[str, Any] | None = None, **overrides: Any) -> RLAIFEnvConfig:
+        """Build a config from a config, a mapping (e.g. RLlib's env_config) or nothing, plus overrides."""
+        if config is None:
+            base: dict[str, Any] = {}
+        elif isinstance(config, RLAIFEnvConfig):
+            base = config.model_dump(exclude_unset=True)
+        elif isinstance(config, Mapping):
+            base = dict(config)
+        else:
+            raise ConfigError(
+                f"config must be an RLAIFEnvConfig, a mapping or None, got {type(config).__name__}; "
+                "pass e.g. RLAIFEnvConfig(num_markets=3) or {'num_markets': 3}"
+            )
+        return cls(**{**base, **overrides})
+
+    @field_validator("reward_weights")
+    @classmethod
+    def _known_weights(cls, weights: dict[str, float]) -> dict[str, float]:
+        for name, value in weights.items():
+            if name not in REWARD_COMPONENTS:
+                hint = difflib.get_close_matches(name, REWARD_COMPONENTS, n=1)
+                extra = f" Did you mean {hint[0]!r}?" if hint else ""
+                raise ValueError(f"unknown reward component {name!r}; known: {', '.join(REWARD_COMPONENTS)}.{extra}")
+            if not (value >= 0 and value != float("inf")):
+                raise ValueError(f"weight of {name!r} must be finite and >= 0, got {value!r}")
+        return weights
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RLAIFEnvConfig:
+        if self.market_duration_min > self.market_duration_max:
+            raise ValueError(
+                f"market_duration_min ({self.market_duration_min}) must be <= market_duration_max "
+                f"({self.market_duration_max})"
+            )
+        if self.min_order <= self.min_fee:
+            raise ValueError(f"min_order ({self.min_order}) must be greater than min_fee ({self.min_fee})")
+        if self.numeric_perp_leverage > self.max_leverage:
+            raise ValueError(
+                f"numeric_perp_leverage ({self.numeric_perp_leverage}) must be <= max_leverage ({self.max_leverage})"
+            )
+        return self
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """Every component weight, defaults merged with `reward_weights` (risk follows pnl by default)."""
+        merged = {"pnl": 0.5, "format": 0.25, "reasoning": 0.15, "behavior": 0.10}
+        merged.update({k: v for k, v in self.reward_weights.items() if k != "risk"})
+        merged["risk"] = self.reward_weights.get("risk", merged["pnl"])
+        return merged
+
+
+def _reject_unknown_keys(data: Mapping[str, Any]) -> None:
+    known = list(RLAIFEnvConfig.model_fields)
+    for key in data:
+        if key not in RLAIFEnvConfig.model_fields:
+            hint = difflib.get_close_matches(str(key), known, n=1)
+            extra = f" Did you mean {hint[0]!r}?" if hint else ""
+            raise ConfigError(f"unknown config key {key!r}.{extra} Valid keys: {', '.join(known)}")
+
+
+def _friendly(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "config"
+        got = err.get("input")
+        lines.append(f"{where}: {err['msg']} (got {got!r})")
+    return "invalid RLAIFEnvConfig: " + "; ".join(lines)

@@ -1,0 +1,77 @@
+"""The batched env adapter: world state + encoders + composite reward for B worlds at once.
+
+`RLAIFEnv` is this with B = 1; the native vector env and batch evaluation use larger B. One code
+path, so the single env and any batch agree exactly (a test checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import sim
+from ..config import RLAIFEnvConfig
+from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
+from ..rewards import composite_reward, pnl_component, risk_component
+
+__all__ = ["CoreStep", "RLAIFCore", "world_params"]
+
+
+def world_params(config: RLAIFEnvConfig) -> sim.WorldParams:
+    """The sim parameters named in the config (same names, same meaning)."""
+    return sim.WorldParams(**{name: getattr(config, name) for name in sim.WorldParams.field_names()})
+
+
+@dataclass
+class CoreStep:
+    """One batched transition."""
+
+    observation: np.ndarray  # (B, D) float32
+    reward: np.ndarray  # (B,) float64
+    terminated: np.ndarray  # (B,) bool: bankruptcy
+    truncated: np.ndarray  # (B,) bool: the world reached num_ticks
+    components: dict[str, np.ndarray]  # name -> (B,)
+    outcome: sim.StepOutcome
+
+
+class RLAIFCore:
+    """Holds B worlds and turns integer actions into observations, rewards and flags."""
+
+    def __init__(self, config: RLAIFEnvConfig, num_worlds: int) -> None:
+        self.config = config
+        self.params = world_params(config)
+        self.layout = feature_layout(self.params)
+        self.nvec = action_nvec(self.params)
+        self.num_worlds = num_worlds
+        weights = config.weights
+        self.weights = {"pnl": weights["pnl"], "risk": weights["risk"]}
+        self.state: sim.WorldState | None = None
+
+    def reset(self, keys: np.ndarray) -> np.ndarray:
+        """Start fresh worlds from their keys; returns the observations."""
+        self.state = sim.reset(self.params, keys)
+        return self.observe()
+
+    def observe(self) -> np.ndarray:
+        """Observations of every world, (B, D) float32."""
+        return encode_observations(self.state, self.params, self.layout)
+
+    def step(self, actions: np.ndarray) -> CoreStep:
+        """Apply integer actions of shape (B, 4) (already validated against the space)."""
+        batch = decode_actions(actions, self.state, self.params, self.config.numeric_perp_leverage)
+        return self.step_batch(batch)
+
+    def step_batch(self, batch: sim.ActionBatch) -> CoreStep:
+        """Apply an `ActionBatch` (the text face builds these from canonical actions)."""
+        out = sim.step(self.state, batch, self.params)
+        components = {
+            "pnl": pnl_component(out.pnl_delta, self.params.starting_cash, self.config.pnl_scale),
+            "risk": risk_component(out.added_exposure, out.exposure_ratio, out.leverage_requested,
+                                   self.params.max_leverage, self.config.risk_threshold, self.config.risk_penalty),
+        }
+        reward = composite_reward(components, self.weights)
+        # Bankruptcy is the worst outcome and ends the episode: -1, never the original's unclipped -10.
+        reward = np.where(out.bankrupt, -1.0, reward)
+        truncated = (self.state.tick >= self.params.num_ticks) & ~out.bankrupt
+        return CoreStep(self.observe(), reward, out.bankrupt.copy(), truncated, components, out)

@@ -1,0 +1,223 @@
+"""`RLAIFEnv`: the numeric Gymnasium face of the Babylon world (`RLAIF-v0`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from .. import sim
+from ..config import RLAIFEnvConfig
+from ..errors import InvalidActionError, ResetNeeded
+from .core import RLAIFCore
+from .dashboard import render_ansi, render_chart
+
+__all__ = ["RLAIFEnv"]
+
+
+class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
+    """A Babylon-style world of prediction markets, perpetual futures, NPC traders, news and a social feed.
+
+    ## Description
+    The agent starts with `starting_cash` (10,000 USD) in a world where `num_markets` binary
+    questions trade on constant-product market makers, `num_perps` perpetual futures follow a seeded
+    price process with hidden narratives, and NPCs of the original Babylon archetypes trade and post.
+    Each question has a hidden true probability and an outcome drawn from it; news items, NPC posts
+    and group-chat tips carry noisy signals about the outcome, informed NPCs push prices towards the
+    truth, and markets resolve during the episode (winning shares pay 1 USD) and reopen with new
+    questions. Perp narratives are leaked and rumoured before they move the price. An agent that reads
+    the signals earns more than a random or passive one; see the README's baseline table.
+
+    ## Action Space
+    `MultiDiscrete([6, T, 5, 2])` with T = max(num_markets, num_perps, num_groups):
+
+    | index | meaning | values |
+    |---|---|---|
+    | 0 | kind | 0 wait, 1 buy_prediction, 2 sell_prediction, 3 open_perp, 4 close_perp, 5 join_group |
+    | 1 | target | market slot, perp index or group index |
+    | 2 | size | buy / perp margin: 1, 2, 5, 10, 25 % of equity; sell: 10, 25, 50, 75, 100 % of the holding |
+    | 3 | side | 0 YES or LONG, 1 NO or SHORT |
+
+    Perps opened from the numeric face use `numeric_perp_leverage` (default 2x). A well-formed action
+    the world refuses (insufficient cash, no position, ...) changes nothing and is reported in
+    `info["feedback"]`; an action outside the space raises `InvalidActionError`.
+
+    ## Observation Space
+    A float32 `Box` of 9 features per market, 7 per perp, 1 per group and 5 for the account (66 by
+    default), every one clipped into finite bounds:
+
+    | feature | bounds | meaning |
+    |---|---|---|
+    | `market{i}.price` | [0, 1] | YES price |
+    | `market{i}.price_change` | [-1, 1] | change over the last tick |
+    | `market{i}.time_to_resolution` | [0, 1] | ticks left / market_duration_max |
+    | `market{i}.yes_value`, `no_value` | [0, 10] | holdings at market / starting_cash |
+    | `market{i}.news_signal`, `post_signal`, `group_signal` | [-1, 1] | decayed evidence, + = YES |
+    | `market{i}.npc_flow` | [-1, 1] | NPC net YES buying last tick / liquidity |
+    | `perp{j}.return`, `momentum`, `funding`, `news_signal` | [-1, 1] | price action, funding, leaks |
+    | `perp{j}.position`, `unrealized` | [-10, 10] | own position and PnL / starting_cash |
+    | `perp{j}.leverage` | [0, 1] | own leverage / max_leverage |
+    | `group{g}.joined` | {0, 1} | membership |
+    | `account.cash`, `equity` | [0, 20] | / starting_cash |
+    | `account.time_left` | [0, 1] | 1 - tick / num_ticks |
+    | `account.exposure` | [0, 20] | gross exposure / equity |
+    | `account.realized_pnl` | [-10, 10] | / starting_cash |
+
+    `env.unwrapped.layout.names` lists every feature in order. No feature depends on the hidden
+    truth or on future draws (a test perturbs both).
+
+    ## Rewards
+    Computed over the whole transition (action, then the world's tick):
+
+    | component | value | default weight |
+    |---|---|---|
+    | `pnl` | clip(pnl_scale x pnl_delta / starting_cash, -1, 1), pnl_scale = 10 | 0.5 |
+    | `risk` | -0.5 when a buy/open leaves exposure > 80% of equity, or leverage above the cap | = pnl weight |
+
+    reward = clip((w_pnl x pnl + w_risk x risk) / w_pnl, -1, 1). Bankruptcy gives -1. The text face
+    adds `format` and `reasoning` with the same weighting function.
+
+    ## Starting State
+    Fresh markets with uninformative opening prices (30-70%), perps near their base prices, NPCs
+    with archetype-dependent reputations, empty feeds, no positions. All drawn from `reset(seed=...)`.
+
+    ## Episode End
+    * Termination: bankruptcy, equity below one minimum fee (0.01 USD), reward -1.
+    * Truncation: `num_ticks` ticks (168 by default); the env flags it and `TimeLimit` backs it up.
+
+    ## Info
+    `reward_components` (dict of floats), `pnl_delta`, `equity`, `cash` (USD), `feedback`
+    (`{"success": bool, "error": str | None}`) and `tick`. These keys are a public contract.
+
+    ## Arguments
+    `RLAIFEnv(config=None, render_mode=None, **overrides)`: `config` is an `RLAIFEnvConfig`, a mapping
+    or None; overrides are config fields (unknown names raise `ConfigError` with a suggestion).
+    Render modes: `"ansi"` (text dashboard) and `"rgb_array"` (price and equity chart).
+
+    ## Version History
+    * v0: initial release.
+
+    ## Example
+    >>> import gymnasium as gym, rlaif_gym
+    >>> env = gym.make("RLAIF-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> obs.shape
+    (66,)
+    >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
+    >>> sorted(info["reward_components"])
+    ['pnl', 'risk']
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": ["ansi", "rgb_array"],
+        "render_fps": 4,
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+    }
+
+    def __init__(
+        self,
+        config: RLAIFEnvConfig | Mapping[str, Any] | None = None,
+        render_mode: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        self.config = RLAIFEnvConfig.from_any(config, **overrides)
+        self.render_mode = render_mode
+        self._core = RLAIFCore(self.config, num_worlds=1)
+        self.params = self._core.params
+        self.layout = self._core.layout
+        self.observation_space = spaces.Box(self.layout.low, self.layout.high, dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete(self._core.nvec)
+        self._feedback: dict[str, Any] | None = None
+        self._done = False
+        self._prices: list[np.ndarray] = []
+        self._equity: list[float] = []
+
+    # -- Gymnasium API ---------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start a new episode; the whole episode is a function of the seed and the actions."""
+        super().reset(seed=seed)
+        obs = self._core.reset(sim.draw_keys(self.np_random, 1))[0]
+        self._feedback, self._done = None, False
+        self._prices, self._equity = [], []
+        self._record_history()
+        state = self._core.state
+        return obs, {"equity": float(sim.equity(state)[0]), "cash": float(state.cash[0]), "tick": 0}
+
+    def step(self, action):
+        """Apply one action, advance the world one tick, and score the transition."""
+        if self._core.state is None:
+            raise ResetNeeded("call reset() before step()")
+        if self._done:
+            raise ResetNeeded("the episode has ended (bankruptcy or num_ticks); call reset() to start a new one")
+        act = self._validated(action)
+        res = self._core.step(act[None, :])
+        out = res.outcome
+        ok = bool(out.success[0])
+        self._feedback = {
+            "success": ok,
+            "error": None if ok else sim.error_message(out.error[0], out.error_a[0], out.error_b[0]),
+        }
+        terminated, truncated = bool(res.terminated[0]), bool(res.truncated[0])
+        self._done = terminated or truncated
+        self._record_history()
+        info = {
+            "reward_components": {name: float(v[0]) for name, v in res.components.items()},
+            "pnl_delta": float(out.pnl_delta[0]),
+            "equity": float(out.equity_after[0]),
+            "cash": float(self._core.state.cash[0]),
+            "feedback": self._feedback,
+            "tick": int(self._core.state.tick[0]),
+        }
+        return res.observation[0], float(res.reward[0]), terminated, truncated, info
+
+    def render(self):
+        """`ansi`: a text dashboard; `rgb_array`: a chart of market prices and equity."""
+        if self._core.state is None:
+            raise ResetNeeded("call reset() before render()")
+        if self.render_mode == "ansi":
+            return render_ansi(self._core.state, self.params, 0, self._feedback)
+        if self.render_mode == "rgb_array":
+            return render_chart(np.array(self._prices), np.array(self._equity))
+        return None
+
+    # -- privileged access (analysis, the oracle baseline, the judge) -------------------------
+
+    @property
+    def state(self) -> sim.WorldState:
+        """The full world state, ground truth included. Policies must not read it; see `observation`."""
+        if self._core.state is None:
+            raise ResetNeeded("call reset() before reading the state")
+        return self._core.state
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _validated(self, action) -> np.ndarray:
+        try:
+            arr = np.asarray(action)
+            ints = arr.astype(np.int64)
+            integral = arr.dtype.kind in "iub" or bool(np.all(ints == arr))
+        except (TypeError, ValueError):
+            raise InvalidActionError(
+                f"action must be 4 integers [kind, target, size, side], got {action!r}"
+            ) from None
+        nvec = self.action_space.nvec
+        if ints.shape != nvec.shape or not integral or np.any(ints < 0) or np.any(ints >= nvec):
+            raise InvalidActionError(
+                f"action must be 4 integers with 0 <= a[i] < {nvec.tolist()} ([kind, target, size, side]), "
+                f"got {action!r}; sample one with env.action_space.sample()"
+            )
+        return ints
+
+    def _record_history(self) -> None:
+        if self.render_mode != "rgb_array":
+            return
+        state = self._core.state
+        self._prices.append(sim.yes_price(state.pm_yes[0], state.pm_no[0]))
+        self._equity.append(float(sim.equity(state)[0]))
