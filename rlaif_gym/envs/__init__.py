@@ -1,7 +1,8 @@
 """The Gymnasium faces of the world."""
 
 from .core import RLAIFCore, world_params
+from .evaluate import EpisodeStats, evaluate_policy, seed_keys
 from .registration import register_envs
 from .rlaif_env import RLAIFEnv
 
-__all__ = ["RLAIFCore", "RLAIFEnv", "register_envs", "world_params"]
+__all__ = ["EpisodeStats", "RLAIFCore", "RLAIFEnv", "evaluate_policy", "register_envs", "seed_keys", "world_params"]

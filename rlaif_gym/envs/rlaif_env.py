@@ -47,7 +47,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     `info["feedback"]`; an action outside the space raises `InvalidActionError`.
 
     ## Observation Space
-    A float32 `Box` of 9 features per market, 7 per perp, 1 per group and 5 for the account (66 by
+    A float32 `Box` of 9 features per market, 7 per perp, 1 per group and 5 for the account (65 by
     default), every one clipped into finite bounds:
 
     | feature | bounds | meaning |
@@ -106,7 +106,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     >>> env = gym.make("RLAIF-v0")
     >>> obs, info = env.reset(seed=0)
     >>> obs.shape
-    (66,)
+    (65,)
     >>> obs, reward, terminated, truncated, info = env.step(env.action_space.sample())
     >>> sorted(info["reward_components"])
     ['pnl', 'risk']

@@ -67,16 +67,16 @@ NPC_ROSTER: tuple[tuple[str, int], ...] = (
 
 # (name, reliability): the probability that an item from this source points the right way.
 NEWS_SOURCES: tuple[tuple[str, float], ...] = (
-    ("Reuters-AI", 0.85),
-    ("The Daily Pump", 0.68),
-    ("anonymous rumour", 0.58),
+    ("Reuters-AI", 0.75),
+    ("The Daily Pump", 0.60),
+    ("anonymous rumour", 0.54),
 )
 
 # (name, reliability) of each group chat's tips; tips are visible only after `join_group`.
 GROUP_NAMES: tuple[tuple[str, float], ...] = (
-    ("Alpha Insiders", 0.90),
-    ("Whale Watchers", 0.80),
-    ("Degen Den", 0.70),
+    ("Alpha Insiders", 0.80),
+    ("Whale Watchers", 0.70),
+    ("Degen Den", 0.60),
 )
 
 
@@ -118,11 +118,11 @@ class WorldParams:
     """Ticks between perp funding payments."""
     perp_volatility: float = 0.006
     """Per-tick log-return standard deviation of perps."""
-    news_rate: float = 0.6
+    news_rate: float = 0.4
     """Probability that a market news item appears in a tick."""
     post_rate: float = 0.7
     """Probability that an NPC post appears in a tick."""
-    tip_rate: float = 0.2
+    tip_rate: float = 0.1
     """Probability per group and tick of a tip in that group chat."""
     npc_trade_rate: float = 0.5
     """Probability that each NPC trades in a tick."""

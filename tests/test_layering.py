@@ -1,0 +1,90 @@
+"""Imports flow downward (ARCHITECTURE.md): the sim imports only numpy and the standard library.
+
+Walks the AST of every module; fails on an upward or sideways import inside the package, and on
+any third-party import in `rlaif_gym/sim` other than numpy.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "rlaif_gym"
+
+# Layer of each top-level module or subpackage of rlaif_gym (ARCHITECTURE.md "Import layers").
+LAYERS = {
+    "errors": -1, "config": 0,  # errors is the floor: every module, config included, may raise them
+    "sim": 1, "trajectory": 1,
+    "encoding": 2, "llm": 2, "storage": 2,
+    "rewards": 3, "agents": 3, "judge": 3,
+    "envs": 4, "wrappers": 4,
+    "rollout": 5,
+    "cli": 6, "integrations": 6,
+}
+THIRD_PARTY_BY_LAYER = {0: {"pydantic"}, 1: {"numpy", "pydantic"}}
+
+
+def _modules():
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG)
+        if rel.parts == ("__init__.py",):
+            continue
+        yield rel.parts[0].removesuffix(".py"), path
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    pkg_parts = ["rlaif_gym", *path.relative_to(PKG).parent.parts]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg_parts[: len(pkg_parts) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+                if node.module is None:
+                    for alias in node.names:
+                        yield f"{name}.{alias.name}"
+                    continue
+                yield name
+            else:
+                yield node.module
+
+
+@pytest.mark.parametrize(("top", "path"), list(_modules()), ids=lambda x: str(x).split("rlaif_gym/")[-1])
+def test_imports_flow_downward(top, path):
+    layer = LAYERS[top]
+    for name in _imports(path):
+        parts = name.split(".")
+        if parts[0] == "rlaif_gym":
+            if len(parts) == 1:
+                pytest.fail(f"{path.name} imports the package root; import the module it needs")
+            target = parts[1]
+            if target == top:
+                continue
+            assert LAYERS[target] < layer, f"{path} (L{layer}) imports rlaif_gym.{target} (L{LAYERS[target]})"
+        elif parts[0] not in sys.stdlib_module_names and layer in THIRD_PARTY_BY_LAYER:
+            assert parts[0] in THIRD_PARTY_BY_LAYER[layer], f"{path} (L{layer}) imports {name}"
+
+
+def test_sim_imports_neither_gymnasium_nor_pydantic():
+    for path in (PKG / "sim").rglob("*.py"):
+        for name in _imports(path):
+            root = name.split(".")[0]
+            assert root not in {"gymnasium", "pydantic", "torch", "openai"}, f"{path} imports {name}"
+            assert root in sys.stdlib_module_names or root in {"numpy", "rlaif_gym"}, f"{path} imports {name}"
+            if root == "rlaif_gym":
+                assert name.split(".")[1] in {"sim", "errors"}, f"{path} imports {name}"
+
+
+def test_no_global_random_state_in_the_package():
+    for path in PKG.rglob("*.py"):
+        text = path.read_text()
+        assert "import random" not in text, path
+        for bad in ("np.random.seed(", "np.random.rand(", "np.random.randint(", "np.random.choice(",
+                    "np.random.normal(", "np.random.uniform("):
+            assert bad not in text, f"{path} uses the global numpy RNG ({bad})"
