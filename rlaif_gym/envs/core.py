@@ -13,7 +13,7 @@ import numpy as np
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
-from ..rewards import composite_reward, pnl_component, risk_component
+from ..rewards import combine_components, pnl_component, risk_component
 
 __all__ = ["CoreStep", "RLAIFCore", "world_params"]
 
@@ -70,7 +70,7 @@ class RLAIFCore:
             "risk": risk_component(out.added_exposure, out.exposure_ratio, out.leverage_requested,
                                    self.params.max_leverage, self.config.risk_threshold, self.config.risk_penalty),
         }
-        reward = composite_reward(components, self.weights)
+        reward = combine_components(components, self.weights)
         # Bankruptcy is the worst outcome and ends the episode: -1, never the original's unclipped -10.
         reward = np.where(out.bankrupt, -1.0, reward)
         truncated = (self.state.tick >= self.params.num_ticks) & ~out.bankrupt

@@ -1,6 +1,6 @@
 """Reward components and the composite reward: raw named components, weighted in exactly one place."""
 
 from .components import pnl_component, risk_component
-from .composite import COMPONENT_NAMES, DEFAULT_WEIGHTS, composite_reward
+from .composite import COMPONENT_NAMES, DEFAULT_WEIGHTS, combine_components
 
-__all__ = ["COMPONENT_NAMES", "DEFAULT_WEIGHTS", "composite_reward", "pnl_component", "risk_component"]
+__all__ = ["COMPONENT_NAMES", "DEFAULT_WEIGHTS", "combine_components", "pnl_component", "risk_component"]

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["COMPONENT_NAMES", "DEFAULT_WEIGHTS", "composite_reward"]
+__all__ = ["COMPONENT_NAMES", "DEFAULT_WEIGHTS", "combine_components"]
 
 COMPONENT_NAMES: tuple[str, ...] = ("pnl", "format", "reasoning", "behavior", "risk")
 
@@ -27,7 +27,7 @@ DEFAULT_WEIGHTS: dict[str, float] = {"pnl": 0.5, "format": 0.25, "reasoning": 0.
 _PENALTIES = frozenset({"risk"})
 
 
-def composite_reward(components: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
+def combine_components(components: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
     """Weighted total of the present components, clipped to [-1, 1].
 
     Args:
