@@ -1,10 +1,11 @@
 """rlaif_gym: a Babylon-style market and social world as a Gymnasium environment for RLAIF.
 
-`import rlaif_gym` registers `RLAIF-v0` (also reachable as `gym.make("rlaif_gym:RLAIF-v0")`).
+`import rlaif_gym` registers `RLAIF-v0` (numeric) and `RLAIF-Text-v0` (prompt in, reply out); both
+are also reachable as `gym.make("rlaif_gym:<id>")`.
 """
 
 from .config import RLAIFEnvConfig
-from .envs import RLAIFEnv, register_envs
+from .envs import RLAIFEnv, RLAIFTextEnv, register_envs
 from .errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError
 
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ __all__ = [
     "InvalidActionError",
     "RLAIFEnv",
     "RLAIFEnvConfig",
+    "RLAIFTextEnv",
     "RLAIFError",
     "ResetNeeded",
     "__version__",

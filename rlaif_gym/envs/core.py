@@ -44,8 +44,7 @@ class RLAIFCore:
         self.layout = feature_layout(self.params)
         self.nvec = action_nvec(self.params)
         self.num_worlds = num_worlds
-        weights = config.weights
-        self.weights = {"pnl": weights["pnl"], "risk": weights["risk"]}
+        self.weights = config.weights
         self.state: sim.WorldState | None = None
 
     def reset(self, keys: np.ndarray) -> np.ndarray:
@@ -62,13 +61,20 @@ class RLAIFCore:
         batch = decode_actions(actions, self.state, self.params, self.config.numeric_perp_leverage)
         return self.step_batch(batch)
 
-    def step_batch(self, batch: sim.ActionBatch) -> CoreStep:
-        """Apply an `ActionBatch` (the text face builds these from canonical actions)."""
+    def step_batch(self, batch: sim.ActionBatch, extra: dict[str, np.ndarray] | None = None) -> CoreStep:
+        """Apply an `ActionBatch` (the text face builds these from canonical actions).
+
+        Args:
+            batch: one action per world.
+            extra: components computed outside the world, e.g. the rule judge's format and
+                reasoning; they are weighted together with pnl and risk.
+        """
         out = sim.step(self.state, batch, self.params)
         components = {
             "pnl": pnl_component(out.pnl_delta, self.params.starting_cash, self.config.pnl_scale),
             "risk": risk_component(out.added_exposure, out.exposure_ratio, out.leverage_requested,
                                    self.params.max_leverage, self.config.risk_threshold, self.config.risk_penalty),
+            **(extra or {}),
         }
         reward = combine_components(components, self.weights)
         # Bankruptcy is the worst outcome and ends the episode: -1, never the original's unclipped -10.

@@ -72,6 +72,7 @@ class ErrorCode(IntEnum):
     NOT_A_NUMBER = 17
     PROCEEDS_BELOW_FEE = 18
     UNKNOWN_POSITION = 19
+    INVALID_REPLY = 20
 
 
 _MESSAGES: dict[ErrorCode, str] = {
@@ -95,6 +96,7 @@ _MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.NOT_A_NUMBER: "amount must be a finite positive number",
     ErrorCode.PROCEEDS_BELOW_FEE: "sale proceeds ${a:,.4f} would not cover the ${b:,.2f} fee",
     ErrorCode.UNKNOWN_POSITION: "unknown position id",
+    ErrorCode.INVALID_REPLY: "the reply has no executable action (see the format errors)",
 }
 
 

@@ -68,6 +68,9 @@ class StepOutcome:
     error: np.ndarray  # int64 ErrorCode
     error_a: np.ndarray  # numbers quoted in the error message
     error_b: np.ndarray
+    filled_shares: np.ndarray  # shares bought or sold by the action (0 otherwise)
+    filled_usd: np.ndarray  # USD paid (buy), received net of fee (sell), margin posted (open), paid out (close)
+    fee: np.ndarray  # USD fee the action paid
     equity_before: np.ndarray
     equity_after: np.ndarray
     pnl_delta: np.ndarray  # equity_after - equity_before, USD, over the whole transition
@@ -215,7 +218,8 @@ def _fee(params: WorldParams, gross: np.ndarray) -> np.ndarray:
     return np.maximum(params.fee_rate * gross, params.min_fee)
 
 
-def _apply_buy(state: WorldState, params: WorldParams, w, a: ActionBatch, err, ea, eb) -> None:
+def _apply_buy(state: WorldState, params: WorldParams, w, a: ActionBatch, r: _Result) -> None:
+    err, ea, eb = r.err, r.ea, r.eb
     m, amount, side = a.target[w], a.amount[w], a.side[w]
     bad_m = (m < 0) | (m >= params.num_markets)
     m = np.where(bad_m, 0, m)
@@ -243,9 +247,11 @@ def _apply_buy(state: WorldState, params: WorldParams, w, a: ActionBatch, err, e
     state.hold_no[w, m] += np.where(yes, 0.0, shares)
     state.cost_yes[w, m] += np.where(yes, amount, 0.0)
     state.cost_no[w, m] += np.where(yes, 0.0, amount)
+    r.shares[w], r.usd[w], r.fee[w] = shares, amount, fee
 
 
-def _apply_sell(state: WorldState, params: WorldParams, w, a: ActionBatch, err, ea, eb) -> None:
+def _apply_sell(state: WorldState, params: WorldParams, w, a: ActionBatch, r: _Result) -> None:
+    err, ea, eb = r.err, r.ea, r.eb
     m, shares, side = a.target[w], a.amount[w], a.side[w]
     bad_m = (m < 0) | (m >= params.num_markets)
     m = np.where(bad_m, 0, m)
@@ -283,9 +289,11 @@ def _apply_sell(state: WorldState, params: WorldParams, w, a: ActionBatch, err, 
     state.hold_no[w, m] = np.where(yes, state.hold_no[w, m], np.maximum(held - shares, 0.0))
     state.cost_yes[w, m] -= np.where(yes, cost_sold, 0.0)
     state.cost_no[w, m] -= np.where(yes, 0.0, cost_sold)
+    r.shares[w], r.usd[w], r.fee[w] = shares, gross - fee, fee
 
 
-def _apply_open(state: WorldState, params: WorldParams, w, a: ActionBatch, err, ea, eb) -> None:
+def _apply_open(state: WorldState, params: WorldParams, w, a: ActionBatch, r: _Result) -> None:
+    err, ea, eb = r.err, r.ea, r.eb
     t, notional, lev = a.target[w], a.amount[w], a.leverage[w]
     bad_t = (t < 0) | (t >= params.num_perps)
     t = np.where(bad_t, 0, t)
@@ -316,9 +324,11 @@ def _apply_open(state: WorldState, params: WorldParams, w, a: ActionBatch, err, 
     state.pos_margin[w, t] = margin
     state.pos_serial[w, t] = state.next_pos_serial[w]
     state.next_pos_serial[w] += 1
+    r.usd[w], r.fee[w] = margin, fee
 
 
-def _apply_close(state: WorldState, params: WorldParams, w, a: ActionBatch, err, ea, eb) -> None:
+def _apply_close(state: WorldState, params: WorldParams, w, a: ActionBatch, r: _Result) -> None:
+    err, ea, eb = r.err, r.ea, r.eb
     t = a.target[w]
     bad_t = (t < 0) | (t >= params.num_perps)
     t = np.where(bad_t, 0, t)
@@ -327,11 +337,14 @@ def _apply_close(state: WorldState, params: WorldParams, w, a: ActionBatch, err,
     err[w], ea[w] = code, a.target[w]
     ok = code == ErrorCode.OK
     w, t = w[ok], t[ok]
-    _settle_positions(state, params, w, t, liquidation=False)
+    r.usd[w], r.fee[w] = _settle_positions(state, params, w, t, liquidation=False)
 
 
-def _settle_positions(state: WorldState, params: WorldParams, w, t, *, liquidation: bool) -> None:
-    """Close positions (w, t): pay margin + PnL - fee to cash, or lose the margin on liquidation."""
+def _settle_positions(state: WorldState, params: WorldParams, w, t, *, liquidation: bool):
+    """Close positions (w, t): pay margin + PnL - fee to cash, or lose the margin on liquidation.
+
+    Returns (payout to cash, fee), USD per closed position.
+    """
     margin = state.pos_margin[w, t]
     if liquidation:
         payout = np.zeros_like(margin)
@@ -353,9 +366,11 @@ def _settle_positions(state: WorldState, params: WorldParams, w, t, *, liquidati
     state.pos_entry[w, t] = 0.0
     state.pos_leverage[w, t] = 0.0
     state.pos_margin[w, t] = 0.0
+    return payout, fee
 
 
-def _apply_social(state: WorldState, params: WorldParams, kind: int, w, a: ActionBatch, err, ea, eb) -> None:
+def _apply_social(state: WorldState, params: WorldParams, kind: int, w, a: ActionBatch, r: _Result) -> None:
+    err, ea = r.err, r.ea
     t = a.target[w]
     if kind == ActionType.JOIN_GROUP:
         bad = (t < 0) | (t >= params.num_groups)
@@ -385,21 +400,27 @@ _HANDLERS = {
 }
 
 
-def _apply_actions(state: WorldState, params: WorldParams, a: ActionBatch):
-    err = a.pre_error.astype(np.int64).copy()
-    ea, eb = a.pre_a.astype(np.float64).copy(), a.pre_b.astype(np.float64).copy()
-    live = err == ErrorCode.OK
+class _Result:
+    """Per-world results of the agent's action: error code and numbers, and what was filled."""
+
+    def __init__(self, a: ActionBatch) -> None:
+        n = len(a.kind)
+        self.err = a.pre_error.astype(np.int64).copy()
+        self.ea, self.eb = a.pre_a.astype(np.float64).copy(), a.pre_b.astype(np.float64).copy()
+        self.shares, self.usd, self.fee = np.zeros(n), np.zeros(n), np.zeros(n)
+
+
+def _apply_actions(state: WorldState, params: WorldParams, a: ActionBatch) -> _Result:
+    r = _Result(a)
+    live = r.err == ErrorCode.OK
     for kind in np.unique(a.kind[live]):
         w = np.nonzero(live & (a.kind == kind))[0]
         kind = ActionType(int(kind))
         if kind in _HANDLERS:
-            _HANDLERS[kind](state, params, w, a, err, ea, eb)
+            _HANDLERS[kind](state, params, w, a, r)
         elif kind != ActionType.WAIT:
-            _apply_social(state, params, kind, w, a, err, ea, eb)
-    success = err == ErrorCode.OK
-    added = success & ((a.kind == ActionType.BUY_PREDICTION) | (a.kind == ActionType.OPEN_PERP))
-    lev = np.where(a.kind == ActionType.OPEN_PERP, a.leverage, 0.0)
-    return success, err, ea, eb, added, lev
+            _apply_social(state, params, kind, w, a, r)
+    return r
 
 
 # ---------------------------------------------------------------------------------------------
@@ -618,7 +639,10 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> StepOu
     Mutates `state` in place. A failed action leaves its world unchanged before the tick.
     """
     eq0 = equity(state)
-    success, err, ea, eb, added, lev = _apply_actions(state, params, actions)
+    r = _apply_actions(state, params, actions)
+    success = r.err == ErrorCode.OK
+    added = success & ((actions.kind == ActionType.BUY_PREDICTION) | (actions.kind == ActionType.OPEN_PERP))
+    lev = np.where(actions.kind == ActionType.OPEN_PERP, actions.leverage, 0.0)
     eq_mid = equity(state)
     exposure_ratio = exposure(state) / np.maximum(eq_mid, 1e-9)
 
@@ -634,7 +658,8 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> StepOu
     resolved, payout = _resolve_markets(state, params, now)
     eq1 = equity(state)
     return StepOutcome(
-        success=success, error=err, error_a=ea, error_b=eb, equity_before=eq0, equity_after=eq1,
+        success=success, error=r.err, error_a=r.ea, error_b=r.eb, filled_shares=r.shares, filled_usd=r.usd,
+        fee=r.fee, equity_before=eq0, equity_after=eq1,
         pnl_delta=eq1 - eq0, added_exposure=added, exposure_ratio=exposure_ratio, leverage_requested=lev,
         resolved=resolved, payout=payout, liquidated=liquidated, bankrupt=eq1 < params.min_fee,
     )

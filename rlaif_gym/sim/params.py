@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 __all__ = [
     "GROUP_NAMES",
     "NEWS_SOURCES",
+    "NPC_NAMES",
     "NPC_ROSTER",
     "PERP_BASE_PRICES",
     "PERP_TICKERS",
@@ -63,6 +64,13 @@ NPC_ROSTER: tuple[tuple[str, int], ...] = (
     ("ass-kisser", NpcBehaviour.NOISE),
     ("goody-twoshoes", NpcBehaviour.INFORMED),
     ("infosec", NpcBehaviour.NOISE),
+)
+
+# Display names of NPCs, by roster position (cycled with a numeric suffix past the roster).
+NPC_NAMES: tuple[str, ...] = (
+    "Satoshi Nakamotoe", "Degen Dave", "Honest Abe Lincoin", "Vitalik Butterin", "Momentum Mo",
+    "Influencer Ivy", "Rug Pullman", "Cathie Woodpecker", "Perp Pete", "Yes-Man Yuri",
+    "Goody Gwen", "Opsec Olga",
 )
 
 # (name, reliability): the probability that an item from this source points the right way.

@@ -1,0 +1,174 @@
+"""Parse an LLM reply into reasoning plus one canonical action, leniently but without guessing.
+
+Accepted layouts (the canonical one first):
+1. `<think>reasoning</think>` then one JSON object: {"type": "buy_prediction", ...}
+2. the original's `<thinking>…</thinking>` tag, or no tag at all (then the text before the JSON is
+   the reasoning); code fences around the JSON are fine; the action may be nested under "action".
+3. the original's `<decisions><decision action="buy" marketId="market-3" side="yes" amount="100"/>
+   </decisions>` XML.
+Legacy vocabularies (`buy_yes`, `open_long`, `marketId`, `direction`, …) are mapped by
+`sim.normalize_action`. A missing field is an error, never a default; several actions in one reply
+are an error, never "the first one". Parsing never raises: problems are returned as `errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from ..errors import InvalidActionError
+from ..sim import Action, normalize_action
+
+__all__ = ["MAX_REPLY_CHARS", "ParsedReply", "parse_reply"]
+
+MAX_REPLY_CHARS = 65_536
+"""Replies longer than this are cut before parsing (and the cut is reported as a format error)."""
+
+_THINK = re.compile(r"<(think|thinking)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
+_THINK_OPEN = re.compile(r"<(think|thinking)>", re.IGNORECASE)
+_THINK_CLOSE = re.compile(r"</(think|thinking)>", re.IGNORECASE)
+_FENCE = re.compile(r"```[a-zA-Z]*")
+_DECISIONS = re.compile(r"<decisions>(.*?)</decisions>", re.IGNORECASE | re.DOTALL)
+_DECISION = re.compile(r"<decision\b([^>]*?)/?>", re.IGNORECASE)
+_ATTR = re.compile(r"""([A-Za-z_][\w-]*)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+_MAX_JSON_STARTS = 200  # bound the JSON scan so a reply full of braces stays linear-time
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    """The result of parsing one reply.
+
+    Attributes:
+        action: the canonical action, or None when the reply has no valid action (then the env
+            executes a no-op and the format score is penalised).
+        reasoning: the reasoning text (think block, or the prose before the action).
+        errors: format errors, each a sentence saying what was expected.
+        layout: "think+json", "thinking+json", "json", "decisions" or "none".
+        raw_action: the action object as found in the reply, before normalisation.
+        think_closed: the reply's think tags were balanced (or absent).
+        num_actions: how many action objects the reply contained.
+    """
+
+    action: Action | None
+    reasoning: str
+    errors: tuple[str, ...] = field(default=())
+    layout: str = "none"
+    raw_action: dict | None = None
+    think_closed: bool = True
+    num_actions: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """A valid action was found and no format error was reported."""
+        return self.action is not None and not self.errors
+
+
+def _json_objects(text: str) -> list[dict]:
+    """Top-level JSON objects in `text`, in order (objects nested inside another are skipped)."""
+    decoder = json.JSONDecoder()
+    found: list[dict] = []
+    pos, starts = 0, 0
+    while starts < _MAX_JSON_STARTS:
+        i = text.find("{", pos)
+        if i < 0:
+            break
+        starts += 1
+        try:
+            obj, end = decoder.raw_decode(text, i)
+        except (json.JSONDecodeError, RecursionError, ValueError):
+            pos = i + 1
+            continue
+        if isinstance(obj, dict):
+            found.append(obj)
+        pos = end
+    return found
+
+
+def _action_dict(obj: dict) -> dict | None:
+    """The action inside a JSON object: the object itself, or a dict under "action"/"decision"."""
+    for key in ("action", "decision"):
+        inner = obj.get(key)
+        if isinstance(inner, dict):
+            return inner
+    if any(k in obj for k in ("type", "action", "action_type", "actionType")):
+        return obj
+    return None
+
+
+def _decisions(text: str) -> list[dict] | None:
+    block = _DECISIONS.search(text)
+    if not block:
+        return None
+    out = []
+    for match in _DECISION.finditer(block.group(1)):
+        attrs = {k: (a if a is not None and a != "" or b is None else b) for k, a, b in _ATTR.findall(match.group(1))}
+        attrs = {k: v for k, v in attrs.items()}
+        if "action" in attrs and "type" not in attrs:
+            attrs["type"] = attrs.pop("action")
+        out.append(attrs)
+    return out
+
+
+def parse_reply(text: str) -> ParsedReply:
+    """Parse a reply. Never raises; see the module docstring for the accepted layouts."""
+    if not isinstance(text, str):
+        return ParsedReply(None, "", (f"the reply must be text, got {type(text).__name__}",))
+    errors: list[str] = []
+    if len(text) > MAX_REPLY_CHARS:
+        errors.append(f"the reply is {len(text):,} characters; only the first {MAX_REPLY_CHARS:,} were read")
+        text = text[:MAX_REPLY_CHARS]
+    if not text.strip():
+        return ParsedReply(None, "", ("the reply is empty; expected <think>...</think> then one JSON action",))
+
+    # Reasoning: balanced think/thinking blocks; an unclosed tag is an error (its text still counts).
+    blocks = list(_THINK.finditer(text))
+    opens, closes = len(_THINK_OPEN.findall(text)), len(_THINK_CLOSE.findall(text))
+    think_closed = opens == closes
+    tag = blocks[0].group(1).lower() if blocks else None
+    if blocks:
+        reasoning = "\n".join(b.group(2).strip() for b in blocks)
+        rest = text[blocks[-1].end():]
+        if len(blocks) > 1:
+            errors.append(f"found {len(blocks)} <think> blocks; expected one")
+    elif opens:
+        m = _THINK_OPEN.search(text)
+        reasoning, rest = text[m.end():], text[m.end():]
+    else:
+        reasoning, rest = "", text
+    if not think_closed:
+        errors.append("unbalanced <think> tags; expected <think>...</think> before the action")
+
+    # Action: the decisions XML, else JSON after the reasoning (else anywhere).
+    decisions = _decisions(text)
+    if decisions is not None:
+        candidates, layout = decisions, "decisions"
+        if not blocks and not opens:
+            reasoning = _DECISIONS.sub("", text).strip()
+    else:
+        cleaned = _FENCE.sub("", rest)
+        objs = [d for d in (_action_dict(o) for o in _json_objects(cleaned)) if d is not None]
+        if not objs and blocks:
+            objs = [d for d in (_action_dict(o) for o in _json_objects(_FENCE.sub("", text))) if d is not None]
+        candidates = objs
+        layout = {"think": "think+json", "thinking": "thinking+json"}.get(tag or "", "json")
+        if not blocks and not opens and objs:
+            first = text.find("{")
+            reasoning = text[:first].strip() if first > 0 else ""
+    reasoning = reasoning.strip()
+
+    if not candidates:
+        errors.append('no action found; expected one JSON object such as {"type": "wait"} after </think>')
+        return ParsedReply(None, reasoning, tuple(errors), "none", None, think_closed, 0)
+    if len(candidates) > 1:
+        errors.append(f"the reply contains {len(candidates)} actions; send exactly one (none was executed)")
+        return ParsedReply(None, reasoning, tuple(errors), layout, candidates[0], think_closed, len(candidates))
+    raw = candidates[0]
+    try:
+        action = normalize_action(raw)
+    except InvalidActionError as exc:
+        errors.append(f"invalid action: {exc}")
+        return ParsedReply(None, reasoning, tuple(errors), layout, raw, think_closed, 1)
+    if layout != "think+json":
+        errors.append("legacy layout; the canonical reply is <think>...</think> then one JSON action")
+    return ParsedReply(action, reasoning, tuple(errors), layout, raw, think_closed, 1)

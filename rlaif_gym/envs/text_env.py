@@ -1,0 +1,163 @@
+"""`RLAIFTextEnv`: the text face of the same world (`RLAIF-Text-v0`), for LLM policies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from .. import sim
+from ..config import RLAIFEnvConfig
+from ..encoding.prompt import PROMPT_CHARSET, render_prompt, system_prompt
+from ..encoding.reply import ParsedReply, parse_reply
+from ..encoding.view import TickView, build_view
+from ..errors import InvalidActionError, ResetNeeded
+from ..judge.rules import RuleJudge
+from .rlaif_env import RLAIFEnv
+
+__all__ = ["MAX_PROMPT_CHARS", "MAX_REPLY_SAMPLE_CHARS", "RLAIFTextEnv", "describe_outcome"]
+
+MAX_PROMPT_CHARS = 16_384
+"""Upper bound of a rendered prompt (the Text observation space's max_length)."""
+MAX_REPLY_SAMPLE_CHARS = 4_096
+"""max_length of the Text action space (what `action_space.sample()` draws). `step` accepts longer
+replies too; the parser reads the first `MAX_REPLY_CHARS` and reports the cut."""
+
+
+def describe_outcome(action: sim.Action | None, parsed: ParsedReply, out: sim.StepOutcome, b: int = 0) -> str:
+    """One line for the next prompt: what the last action did (or why it did nothing)."""
+    extra = ""
+    if out.payout[b] > 0:
+        extra += f" Resolved markets paid you ${out.payout[b]:,.2f}."
+    if out.liquidated[b] > 0:
+        extra += f" {int(out.liquidated[b])} perp position(s) were liquidated."
+    if action is None:
+        return "No action was executed: " + "; ".join(parsed.errors) + extra
+    what = " ".join(f"{k}={v}" for k, v in action.to_dict().items() if k not in ("type", "content"))
+    head = f"{action.type} {what}".strip()
+    if not out.success[b]:
+        return f"{head}: FAILED: {sim.error_message(out.error[b], out.error_a[b], out.error_b[b])}.{extra}"
+    fill = ""
+    if action.type == "buy_prediction":
+        fill = f", bought {out.filled_shares[b]:,.2f} shares for ${out.filled_usd[b]:,.2f}"
+    elif action.type == "sell_prediction":
+        fill = f", sold {out.filled_shares[b]:,.2f} shares for ${out.filled_usd[b]:,.2f} after fees"
+    elif action.type == "open_perp":
+        fill = f", posted ${out.filled_usd[b]:,.2f} margin"
+    elif action.type == "close_perp":
+        fill = f", ${out.filled_usd[b]:,.2f} returned to cash"
+    return f"{head}: ok{fill} (fee ${out.fee[b]:,.2f}).{extra}"
+
+
+class RLAIFTextEnv(RLAIFEnv):
+    """The Babylon world with a prompt as observation and an LLM reply as action.
+
+    Same world, config, rendering and episode end as `RLAIFEnv` (see its manual); only the faces
+    differ.
+
+    ## Observation Space
+    `Text(max_length=16384, charset=PROMPT_CHARSET)`: one prompt per tick with sections for
+    prediction markets (prices as cents), perps, portfolio, news, social feed, group chats and the
+    last action's result. `env.unwrapped.system_prompt` (also `info["system_prompt"]` at reset)
+    states the reply format with one example.
+
+    ## Action Space
+    `Text(max_length=4096, min_length=0, charset=PROMPT_CHARSET)`: free reasoning in
+    `<think>...</think>` followed by one JSON action, e.g.
+    `{"type": "buy_prediction", "market": "market-3", "outcome": "YES", "amount": 250}`. Legacy
+    layouts (`<thinking>`, `<decisions>` XML) and vocabularies (`buy_yes`, `marketId`, ...) parse
+    too. `step` accepts any string, including ones outside the charset or longer than max_length:
+    a reply without one executable action is a no-op with `format = -1`; it never raises.
+
+    ## Rewards
+    | component | range | default weight |
+    |---|---|---|
+    | `pnl` | [-1, 1] | 0.5 |
+    | `format` | [-1, 1] (rule judge) | 0.25 |
+    | `reasoning` | [0, 1] (rule judge: grounded, consistent, not gamed) | 0.15 |
+    | `risk` | {-0.5, 0} | = pnl weight |
+
+    reward = clip((0.5 pnl + 0.25 format + 0.15 reasoning + 0.5 risk) / 0.9, -1, 1); the judge scores
+    the reply against the prompt it answered. No model or network runs inside `step`.
+
+    ## Info
+    The numeric face's keys, plus `parsed_action` (the canonical action dict or None),
+    `format_errors` (list of str), `judge` (the rule judge's score breakdown) and `layout`.
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    def __init__(
+        self,
+        config: RLAIFEnvConfig | Mapping[str, Any] | None = None,
+        render_mode: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        super().__init__(config, render_mode, **overrides)
+        self.observation_space = spaces.Text(max_length=MAX_PROMPT_CHARS, min_length=1, charset=PROMPT_CHARSET)
+        self.action_space = spaces.Text(max_length=MAX_REPLY_SAMPLE_CHARS, min_length=0, charset=PROMPT_CHARSET)
+        self.system_prompt = system_prompt(self.params)
+        self.judge = RuleJudge()
+        self._view: TickView | None = None
+        self._prompt = ""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start a new episode; returns the first prompt and `info["system_prompt"]`."""
+        _, info = super().reset(seed=seed, options=options)
+        self._view = build_view(self._core.state, self.params, 0)
+        self._prompt = render_prompt(self._view, None)
+        return self._prompt, {**info, "system_prompt": self.system_prompt}
+
+    @property
+    def view(self) -> TickView:
+        """What the agent sees now, as data (the prompt is rendered from it)."""
+        if self._view is None:
+            raise ResetNeeded("call reset() before reading the view")
+        return self._view
+
+    def step(self, action):
+        """Parse the reply, execute its action, advance the world, and score the transition."""
+        if self._core.state is None:
+            raise ResetNeeded("call reset() before step()")
+        if self._done:
+            raise ResetNeeded("the episode has ended (bankruptcy or num_ticks); call reset() to start a new one")
+        if not isinstance(action, str):
+            raise InvalidActionError(f"the text env's action is the reply string, got {type(action).__name__}")
+        parsed = parse_reply(action)
+        state = self._core.state
+        if parsed.action is not None:
+            row = sim.resolve_action(state, self.params, 0, parsed.action)
+        else:
+            row = (sim.ActionType.WAIT, 0, 0, 0.0, 1.0, sim.ErrorCode.INVALID_REPLY, 0.0, 0.0)
+        batch = sim.ActionBatch.from_actions([parsed.action], lambda b, a: row)
+        verdict = self.judge.score(parsed, self._view, self._prompt)
+        extra = {"format": np.array([verdict.format]), "reasoning": np.array([verdict.reasoning])}
+        res = self._core.step_batch(batch, extra)
+        out = res.outcome
+        ok = bool(out.success[0])
+        if parsed.action is None:
+            error = "; ".join(parsed.errors)
+        else:
+            error = None if ok else sim.error_message(out.error[0], out.error_a[0], out.error_b[0])
+        self._feedback = {"success": ok, "error": error}
+        terminated, truncated = bool(res.terminated[0]), bool(res.truncated[0])
+        self._done = terminated or truncated
+        self._record_history()
+        self._view = build_view(state, self.params, 0)
+        self._prompt = render_prompt(self._view, describe_outcome(parsed.action, parsed, out))
+        info = {
+            "reward_components": {name: float(v[0]) for name, v in res.components.items()},
+            "pnl_delta": float(out.pnl_delta[0]),
+            "equity": float(out.equity_after[0]),
+            "cash": float(state.cash[0]),
+            "feedback": self._feedback,
+            "tick": int(state.tick[0]),
+            "parsed_action": parsed.action.to_dict() if parsed.action else None,
+            "format_errors": list(parsed.errors),
+            "layout": parsed.layout,
+            "judge": verdict.details,
+        }
+        return self._prompt, float(res.reward[0]), terminated, truncated, info

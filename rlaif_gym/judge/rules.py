@@ -1,0 +1,226 @@
+"""`RuleJudge`: deterministic AI-feedback scores for one reply, with no model and no I/O.
+
+Design. The original's heuristics (BABYLON.md §6) paid for keywords: any reply that said
+"bullish", "exposure" and "profit" and was long enough scored well. This judge keeps their ideas
+(format tags, reasoning that agrees with the action, a conclusion) but pays only for things a
+reader can check against the tick the model saw:
+
+* **grounding**: distinct facts the reasoning cites that are true in the prompt (market ids,
+  prices within 1.5¢, tickers, news sources, NPCs and group chats that said something about the
+  market in question); false claims (a price no market shows, a source that never spoke about that
+  market) cost more than true ones earn.
+* **consistency**: the reasoning names what the action trades and argues for its direction. An
+  `open_perp` SHORT or a NO buy is bearish; "buy YES because it is overpriced" is a contradiction.
+* **anti-gaming factors** that multiply the score: repeated sentences, low word variety, keyword
+  density (stuffing), length beyond what the cited facts need (padding) and word 6-grams copied
+  from the prompt. Keywords never earn points by themselves, so stuffing, repeating or pasting the
+  prompt cannot beat a short, specific, honest rationale (tests/judge/test_rules.py).
+
+Ranges: `format` in [-1, 1] (-1: no executable action; 1: canonical `<think>` + one JSON action);
+`reasoning` in [0, 1]. Matching is on word boundaries throughout.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from ..encoding.reply import ParsedReply
+from ..encoding.view import TickView
+from ..sim import NEWS_SOURCES
+
+__all__ = ["JudgeVerdict", "RuleJudge"]
+
+_WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
+_SENTENCE = re.compile(r"(?<=[.!?;\n])\s+")
+_MARKET_ID = re.compile(r"\bmarket-(\d+)\b", re.IGNORECASE)
+# Prices: "41.0¢", "41c", "41 cents", "41%", "0.41", "$0.41".
+_PRICE = re.compile(r"(?<![\w.$])(?:\$?(0?\.\d+)|(\d{1,3}(?:\.\d+)?)\s*(?:¢|c\b|cents?\b|%))", re.IGNORECASE)
+
+_YES_WORDS = frozenset("yes likely underpriced undervalued cheap bullish up upside rise rising long buy win wins".split())
+_NO_WORDS = frozenset("no unlikely overpriced overvalued expensive bearish down downside fall falling short lose loses"
+                      .split())
+_SOURCE_NAMES = frozenset(name for name, _ in NEWS_SOURCES)
+_WAIT_WORDS = frozenset("wait waiting hold holding unclear uncertain mixed conflicting no-edge sideline".split())
+_CONCLUSION = re.compile(r"\b(so|therefore|thus|hence|because|since|which is why|i will|i'll|i buy|i sell|i open|"
+                         r"i close|i wait|i join|i short|i go long|buying|selling)\b", re.IGNORECASE)
+_STUFF_WORDS = frozenset(
+    "bullish bearish buy sell long short risk exposure profit loss pnl momentum trend market price volume "
+    "position funding probability sentiment support resistance breakout consolidation hedge upside downside "
+    "opportunity analysis strategy".split()
+)
+
+
+@dataclass(frozen=True)
+class JudgeVerdict:
+    """Scores for one reply. `details` explains them (all floats, for logs and trajectories)."""
+
+    format: float
+    reasoning: float
+    details: dict[str, float] = field(default_factory=dict)
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def _ngrams(words: list[str], n: int = 6) -> set[tuple[str, ...]]:
+    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+
+
+class RuleJudge:
+    """Deterministic format and reasoning scores. Cheap to build; `score` is pure.
+
+    Args:
+        price_tolerance: a cited price counts as true within this many cents of a shown price.
+        padding_words: words of reasoning that need no justification; beyond it, length must carry
+            facts or the score shrinks.
+    """
+
+    def __init__(self, price_tolerance: float = 1.5, padding_words: int = 120) -> None:
+        self.price_tolerance = price_tolerance
+        self.padding_words = padding_words
+
+    # -- format ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def format_score(reply: ParsedReply) -> float:
+        """-1 without an executable action; otherwise 1 minus deductions for each format problem."""
+        if reply.action is None:
+            return -1.0
+        score = 1.0
+        if reply.layout != "think+json":
+            score -= 0.3
+        if not reply.reasoning:
+            score -= 0.3
+        if not reply.think_closed:
+            score -= 0.2
+        score -= 0.15 * sum(1 for e in reply.errors if not e.startswith("legacy layout"))
+        return max(-1.0, min(1.0, score))
+
+    # -- reasoning ------------------------------------------------------------------------------
+
+    def score(self, reply: ParsedReply, view: TickView, prompt: str = "") -> JudgeVerdict:
+        """Score a parsed reply against the view (and prompt text) it answered."""
+        fmt = self.format_score(reply)
+        text = reply.reasoning
+        words = _words(text)
+        if len(words) < 3:
+            return JudgeVerdict(fmt, 0.0, {"words": float(len(words))})
+        correct, wrong = self._facts(text, view)
+        grounding = max(0.0, min(1.0, len(correct) / 3.0) - 0.25 * wrong)
+        consistency, contradiction = self._consistency(reply, text, words, view)
+        conclusion = 1.0 if _CONCLUSION.search(text) else 0.0
+        base = 0.2 + 0.4 * grounding + 0.3 * consistency + 0.1 * conclusion
+
+        sentences = [s.strip().lower() for s in _SENTENCE.split(text) if s.strip()]
+        repetition = len(set(sentences)) / len(sentences) if sentences else 1.0
+        variety = len(set(words)) / len(words)
+        variety_factor = 1.0 if len(words) < 20 or variety >= 0.4 else variety / 0.4
+        density = sum(w in _STUFF_WORDS for w in words) / len(words)
+        stuffing = 1.0 if density <= 0.3 else 0.3 / density
+        allowance = self.padding_words + 40 * len(correct)
+        padding = 1.0 if len(words) <= allowance else (allowance / len(words)) ** 0.5
+        overlap = 0.0
+        if prompt and len(words) >= 6:
+            mine = _ngrams(words)
+            overlap = len(mine & _ngrams(_words(prompt))) / max(len(mine), 1)
+        copying = 1.0 if overlap <= 0.2 else max(0.0, 1.0 - overlap)
+        factor = repetition * variety_factor * stuffing * padding * copying * (0.5 if contradiction else 1.0)
+        reasoning = max(0.0, min(1.0, base * factor))
+        return JudgeVerdict(fmt, reasoning, {
+            "grounding": grounding, "consistency": consistency, "conclusion": conclusion,
+            "facts_correct": float(len(correct)), "facts_wrong": float(wrong), "contradiction": float(contradiction),
+            "repetition": repetition, "variety": variety_factor, "stuffing": stuffing, "padding": padding,
+            "copying": copying, "factor": factor, "words": float(len(words)),
+        })
+
+    def _facts(self, text: str, view: TickView) -> tuple[set[str], int]:
+        """Distinct true facts cited, and the number of false claims.
+
+        A price is checked against the markets named in the same sentence (any market if the
+        sentence names none). A named source (news outlet, NPC or group chat) must have spoken about
+        a market or ticker the reasoning cites; naming a group chat without a tip is allowed only
+        when the action joins it.
+        """
+        correct: set[str] = set()
+        wrong = 0
+        lower = text.lower()
+        by_id = {m.market_id: m for m in view.markets}
+        feed = [*view.news, *view.posts, *view.tips]
+        known_ids = set(by_id) | {f.subject for f in feed if f.subject.startswith("market-")}
+        cited_ids = {f"market-{n}" for n in _MARKET_ID.findall(text)}
+        for mid in cited_ids:
+            if mid in known_ids:
+                correct.add(mid)
+            else:
+                wrong += 1
+        every_price = [m.yes_price for m in view.markets] + [1.0 - m.yes_price for m in view.markets]
+        for sentence in _SENTENCE.split(text):
+            named = [by_id[f"market-{n}"] for n in _MARKET_ID.findall(sentence) if f"market-{n}" in by_id]
+            shown = [q for m in named for q in (m.yes_price, 1.0 - m.yes_price)] if named else every_price
+            for dec, num in _PRICE.findall(sentence):
+                value = 100.0 * float(dec) if dec else float(num)
+                near = [100.0 * q for q in shown if abs(100.0 * q - value) <= self.price_tolerance]
+                if near:
+                    correct.add(f"price:{near[0]:.1f}")
+                elif 0 < value < 100:
+                    wrong += 1
+        for p in view.perps:
+            if re.search(rf"\b{re.escape(p.ticker.lower())}\b", lower):
+                correct.add(p.ticker)
+        subjects = cited_ids | {p.ticker for p in view.perps if p.ticker in correct}
+        groups = {g for g, _ in view.groups}
+        npc_names = {n.split(" ", 1)[1] for n in view.npcs if " " in n}
+        for name in _SOURCE_NAMES | npc_names | groups:
+            if not re.search(rf"(?<!\w){re.escape(name.lower())}(?!\w)", lower):
+                continue
+            if any(f.source == name and (f.subject in subjects or not subjects) for f in feed):
+                correct.add(f"source:{name}")
+            elif name in groups and not any(f.source == name for f in feed):
+                continue  # a group whose tips the agent cannot read yet: naming it claims nothing
+            else:
+                wrong += 1
+        return correct, wrong
+
+    def _consistency(self, reply: ParsedReply, text: str, words: list[str], view: TickView) -> tuple[float, bool]:
+        """How well the reasoning argues for the action taken; and whether it argues against it."""
+        action = reply.action
+        if action is None:
+            return 0.0, False
+        kind = action.type
+        if kind == "wait":
+            waits = sum(w in _WAIT_WORDS for w in words)
+            return (1.0 if waits else 0.5), False
+        target = {"buy_prediction": action.market, "sell_prediction": action.market, "open_perp": action.ticker,
+                  "close_perp": action.ticker or action.position_id, "join_group": action.group,
+                  "send_dm": action.recipient}.get(kind)
+        mentioned = bool(target) and re.search(rf"(?<!\w){re.escape(str(target).lower())}(?!\w)", text.lower())
+        want = self._leaning(reply, view)
+        if want == 0:
+            return (1.0 if mentioned else 0.5), False
+        # Direction words in the sentences about the target (or the whole text if it is never named).
+        scope = words
+        if mentioned:
+            sentences = [s for s in _SENTENCE.split(text) if str(target).lower() in s.lower()]
+            scope = _words(" ".join(sentences)) or words
+        yes = sum(w in _YES_WORDS for w in scope)
+        no = sum(w in _NO_WORDS for w in scope)
+        lean = (yes > no) - (no > yes)
+        agree = 1.0 if lean == want else (0.5 if lean == 0 else 0.0)
+        return 0.5 * bool(mentioned) + 0.5 * agree, lean == -want
+
+    @staticmethod
+    def _leaning(reply: ParsedReply, view: TickView) -> int:
+        """+1 if the action bets on YES/up, -1 on NO/down, 0 if it has no direction."""
+        a = reply.action
+        if a.type == "buy_prediction":
+            return 1 if a.outcome == "YES" else -1
+        if a.type == "sell_prediction":
+            return -1 if a.outcome == "YES" else 1
+        if a.type == "open_perp":
+            return 1 if a.side == "LONG" else -1
+        if a.type == "close_perp":
+            held = next((p.side for p in view.perps if p.ticker == (a.ticker or "").upper()), None)
+            return {"LONG": -1, "SHORT": 1}.get(held or "", 0)
+        return 0
