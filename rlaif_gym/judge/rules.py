@@ -34,8 +34,9 @@ __all__ = ["JudgeVerdict", "RuleJudge"]
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
 _SENTENCE = re.compile(r"(?<=[.!?;\n])\s+")
 _MARKET_ID = re.compile(r"\bmarket-(\d+)\b", re.IGNORECASE)
-# Prices: "41.0¢", "41c", "41 cents", "41%", "0.41", "$0.41".
-_PRICE = re.compile(r"(?<![\w.$])(?:\$?(0?\.\d+)|(\d{1,3}(?:\.\d+)?)\s*(?:¢|c\b|cents?\b|%))", re.IGNORECASE)
+# Prices: "41.0¢", "41c", "41 cents", "0.41", "$0.41"; and "41%", which may also mean a share of
+# equity or a price move, so a percentage earns credit when it matches but is never called false.
+_PRICE = re.compile(r"(?<![\w.$])(?:\$?(0?\.\d+)|(\d{1,3}(?:\.\d+)?)\s*(¢|c\b|cents?\b|%))", re.IGNORECASE)
 
 _YES_WORDS = frozenset("yes likely underpriced undervalued cheap bullish up upside rise rising long buy win wins".split())
 _NO_WORDS = frozenset("no unlikely overpriced overvalued expensive bearish down downside fall falling short lose loses"
@@ -159,12 +160,12 @@ class RuleJudge:
         for sentence in _SENTENCE.split(text):
             named = [by_id[f"market-{n}"] for n in _MARKET_ID.findall(sentence) if f"market-{n}" in by_id]
             shown = [q for m in named for q in (m.yes_price, 1.0 - m.yes_price)] if named else every_price
-            for dec, num in _PRICE.findall(sentence):
+            for dec, num, unit in _PRICE.findall(sentence):
                 value = 100.0 * float(dec) if dec else float(num)
                 near = [100.0 * q for q in shown if abs(100.0 * q - value) <= self.price_tolerance]
                 if near:
                     correct.add(f"price:{near[0]:.1f}")
-                elif 0 < value < 100:
+                elif 0 < value < 100 and unit != "%":
                     wrong += 1
         for p in view.perps:
             if re.search(rf"\b{re.escape(p.ticker.lower())}\b", lower):

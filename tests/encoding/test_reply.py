@@ -1,0 +1,75 @@
+"""The reply parser: canonical and legacy layouts, lenient formatting, and no guessing."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlaif_gym.encoding.reply import MAX_REPLY_CHARS, parse_reply
+
+BUY = '{"type": "buy_prediction", "market": "market-3", "outcome": "YES", "amount": 250}'
+
+
+@pytest.mark.parametrize(
+    ("reply", "layout", "action"),
+    [
+        (f"<think>cheap</think>\n{BUY}", "think+json", {"type": "buy_prediction", "market": "market-3",
+                                                         "outcome": "YES", "amount": 250.0}),
+        (f"<THINK> cheap </THINK>```json\n{BUY}\n```", "think+json", {"type": "buy_prediction"}),
+        (f"<thinking>cheap</thinking>{BUY}", "thinking+json", {"type": "buy_prediction"}),
+        ('<think>x</think>{"action": "buy_yes", "marketId": "market-3", "amount": "1,000"}', "think+json",
+         {"type": "buy_prediction", "outcome": "YES", "amount": 1000.0}),
+        ('<think>x</think>{"action": {"type": "open_short", "ticker": "ethai", "size": 500, "leverage": 3}}',
+         "think+json", {"type": "open_perp", "side": "SHORT", "ticker": "ethai", "leverage": 3.0}),
+        ('<decisions><decision action="buy" marketId="market-2" side="no" amount="100"/></decisions>',
+         "decisions", {"type": "buy_prediction", "market": "market-2", "outcome": "NO", "amount": 100.0}),
+        ('<think>x</think>{"type": "close_position", "positionId": "pos-4"}', "think+json",
+         {"type": "close_perp", "position_id": "pos-4"}),
+        ('<think>x</think>{"type": "hold"}', "think+json", {"type": "wait"}),
+    ],
+)
+def test_accepted_layouts_and_vocabularies(reply, layout, action):
+    parsed = parse_reply(reply)
+    assert parsed.layout == layout
+    assert parsed.action is not None, parsed.errors
+    for key, value in action.items():
+        assert parsed.action.to_dict()[key] == value
+
+
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [
+        ("", "empty"),
+        ("   \n ", "empty"),
+        ("<think>I like market-3</think>", "no action found"),
+        ('<think>x</think>{"type": "buy_prediction", "market": "market-3", "outcome": "YES"}', "needs amount"),
+        ('<think>x</think>{"type": "teleport"}', "unknown action type"),
+        ('<think>x</think>{"type": "buy_prediction", "market": "market-1", "outcome": "MAYBE", "amount": 5}',
+         "YES or NO"),
+        ('<think>x</think>{"type": "buy_prediction", "market": "market-1", "outcome": "YES", "amount": NaN}',
+         "finite"),
+        ('<think>x</think>{"type": "wait"} {"type": "wait"}', "2 actions"),
+        ('<think>x</think>{"type": "buy_prediction", "market": "market-1", "outcome": "YES", "amount": 5',
+         "no action found"),
+    ],
+)
+def test_rejected_replies_explain_what_was_expected(reply, error):
+    parsed = parse_reply(reply)
+    assert parsed.action is None
+    assert any(error in e for e in parsed.errors), parsed.errors
+
+
+def test_reasoning_is_extracted_and_unbalanced_tags_are_reported():
+    parsed = parse_reply(f"<think>market-3 looks cheap{BUY}")
+    assert parsed.think_closed is False
+    assert any("unbalanced" in e for e in parsed.errors)
+    assert parse_reply(f"Because of the news, I buy. {BUY}").reasoning == "Because of the news, I buy."
+
+
+def test_a_one_megabyte_reply_is_cut_and_reported():
+    parsed = parse_reply("<think>" + "a" * 1_000_000 + "</think>" + BUY)
+    assert any(f"{MAX_REPLY_CHARS:,}" in e for e in parsed.errors)
+
+
+def test_json_inside_the_reasoning_is_not_taken_as_the_action():
+    reply = '<think>I considered {"type": "wait"} but the news is strong.</think>' + BUY
+    assert parse_reply(reply).action.type == "buy_prediction"
