@@ -58,6 +58,12 @@ class RLAIFEnvConfig(BaseModel):
         "risk = the pnl weight). 0 reports a component without adding it.",
     )
 
+    archetype: str | None = Field(
+        None,
+        description="Agent archetype (e.g. trader, degen, researcher): selects the original's reward-weight row "
+        "and adds the behavior component. None uses the default row without behavior.",
+    )
+
     # --- numeric face
     numeric_perp_leverage: float = Field(2.0, ge=1, description="Leverage of numeric open_perp actions.")
 
@@ -110,14 +116,6 @@ class RLAIFEnvConfig(BaseModel):
                 f"numeric_perp_leverage ({self.numeric_perp_leverage}) must be <= max_leverage ({self.max_leverage})"
             )
         return self
-
-    @property
-    def weights(self) -> dict[str, float]:
-        """Every component weight, defaults merged with `reward_weights` (risk follows pnl by default)."""
-        merged = {"pnl": 0.5, "format": 0.25, "reasoning": 0.15, "behavior": 0.10}
-        merged.update({k: v for k, v in self.reward_weights.items() if k != "risk"})
-        merged["risk"] = self.reward_weights.get("risk", merged["pnl"])
-        return merged
 
 
 def _reject_unknown_keys(data: Mapping[str, Any]) -> None:

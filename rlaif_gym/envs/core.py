@@ -6,6 +6,7 @@ path, so the single env and any batch agree exactly (a test checks it).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +14,10 @@ import numpy as np
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
+from ..errors import ConfigError
 from ..rewards import combine_components, pnl_component, risk_component
+from ..rewards.archetypes import normalize_archetype
+from ..rewards.composite import resolve_weights
 
 __all__ = ["CoreStep", "RLAIFCore", "world_params"]
 
@@ -44,7 +48,11 @@ class RLAIFCore:
         self.layout = feature_layout(self.params)
         self.nvec = action_nvec(self.params)
         self.num_worlds = num_worlds
-        self.weights = config.weights
+        try:
+            self.archetype = None if config.archetype is None else normalize_archetype(config.archetype, strict=True)
+        except ValueError as exc:
+            raise ConfigError(f"archetype: {exc}") from None
+        self.weights = resolve_weights(self.archetype, config.reward_weights)
         self.state: sim.WorldState | None = None
 
     def reset(self, keys: np.ndarray) -> np.ndarray:
@@ -61,13 +69,19 @@ class RLAIFCore:
         batch = decode_actions(actions, self.state, self.params, self.config.numeric_perp_leverage)
         return self.step_batch(batch)
 
-    def step_batch(self, batch: sim.ActionBatch, extra: dict[str, np.ndarray] | None = None) -> CoreStep:
+    def step_batch(
+        self,
+        batch: sim.ActionBatch,
+        extra: dict[str, np.ndarray] | None = None,
+        post: Callable[[sim.StepOutcome], dict[str, np.ndarray]] | None = None,
+    ) -> CoreStep:
         """Apply an `ActionBatch` (the text face builds these from canonical actions).
 
         Args:
             batch: one action per world.
             extra: components computed outside the world, e.g. the rule judge's format and
                 reasoning; they are weighted together with pnl and risk.
+            post: computes components that need the transition's result (e.g. behavior).
         """
         out = sim.step(self.state, batch, self.params)
         components = {
@@ -75,6 +89,7 @@ class RLAIFCore:
             "risk": risk_component(out.added_exposure, out.exposure_ratio, out.leverage_requested,
                                    self.params.max_leverage, self.config.risk_threshold, self.config.risk_penalty),
             **(extra or {}),
+            **(post(out) if post else {}),
         }
         reward = combine_components(components, self.weights)
         # Bankruptcy is the worst outcome and ends the episode: -1, never the original's unclipped -10.

@@ -13,7 +13,9 @@ from gymnasium.vector import AutoresetMode
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..errors import InvalidActionError, ResetNeeded
-from .core import RLAIFCore
+from ..encoding import decode_actions
+from .behavior import BehaviorTracker
+from .core import CoreStep, RLAIFCore
 from .dashboard import render_ansi, render_chart
 
 __all__ = ["RLAIFEnv"]
@@ -133,6 +135,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         self.layout = self._core.layout
         self.observation_space = spaces.Box(self.layout.low, self.layout.high, dtype=np.float32)
         self.action_space = spaces.MultiDiscrete(self._core.nvec)
+        self._behavior = BehaviorTracker(self._core.archetype) if self._core.archetype else None
         self._feedback: dict[str, Any] | None = None
         self._done = False
         self._prices: list[np.ndarray] = []
@@ -146,28 +149,51 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         obs = self._core.reset(sim.draw_keys(self.np_random, 1))[0]
         self._feedback, self._done = None, False
         self._prices, self._equity = [], []
+        if self._behavior:
+            self._behavior.reset()
         self._record_history()
         state = self._core.state
         return obs, {"equity": float(sim.equity(state)[0]), "cash": float(state.cash[0]), "tick": 0}
 
     def step(self, action):
         """Apply one action, advance the world one tick, and score the transition."""
-        if self._core.state is None:
-            raise ResetNeeded("call reset() before step()")
-        if self._done:
-            raise ResetNeeded("the episode has ended (bankruptcy or num_ticks); call reset() to start a new one")
+        self._check_running()
         act = self._validated(action)
-        res = self._core.step(act[None, :])
+        batch = decode_actions(act[None, :], self._core.state, self.params, self.config.numeric_perp_leverage)
+        res = self._transition(batch)
         out = res.outcome
         ok = bool(out.success[0])
         self._feedback = {
             "success": ok,
             "error": None if ok else sim.error_message(out.error[0], out.error_a[0], out.error_b[0]),
         }
-        terminated, truncated = bool(res.terminated[0]), bool(res.truncated[0])
-        self._done = terminated or truncated
+        return res.observation[0], float(res.reward[0]), bool(res.terminated[0]), bool(res.truncated[0]), self._info(res)
+
+    # -- shared by both faces ---------------------------------------------------------------
+
+    def _check_running(self) -> None:
+        if self._core.state is None:
+            raise ResetNeeded("call reset() before step()")
+        if self._done:
+            raise ResetNeeded("the episode has ended (bankruptcy or num_ticks); call reset() to start a new one")
+
+    def _transition(self, batch: sim.ActionBatch, extra: dict[str, np.ndarray] | None = None) -> CoreStep:
+        """Run one tick with `batch`; adds the behavior component when an archetype is set."""
+        post = None
+        if self._behavior is not None:
+            before = self._behavior.snapshot(self._core.state)
+
+            def post(out: sim.StepOutcome) -> dict[str, np.ndarray]:
+                return {"behavior": np.array([self._behavior.update(before, self._core.state, batch, out)])}
+
+        res = self._core.step_batch(batch, extra, post)
+        self._done = bool(res.terminated[0] or res.truncated[0])
         self._record_history()
-        info = {
+        return res
+
+    def _info(self, res: CoreStep) -> dict[str, Any]:
+        out = res.outcome
+        return {
             "reward_components": {name: float(v[0]) for name, v in res.components.items()},
             "pnl_delta": float(out.pnl_delta[0]),
             "equity": float(out.equity_after[0]),
@@ -175,7 +201,6 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
             "feedback": self._feedback,
             "tick": int(self._core.state.tick[0]),
         }
-        return res.observation[0], float(res.reward[0]), terminated, truncated, info
 
     def render(self):
         """`ansi`: a text dashboard; `rgb_array`: a chart of market prices and equity."""

@@ -120,10 +120,7 @@ class RLAIFTextEnv(RLAIFEnv):
 
     def step(self, action):
         """Parse the reply, execute its action, advance the world, and score the transition."""
-        if self._core.state is None:
-            raise ResetNeeded("call reset() before step()")
-        if self._done:
-            raise ResetNeeded("the episode has ended (bankruptcy or num_ticks); call reset() to start a new one")
+        self._check_running()
         if not isinstance(action, str):
             raise InvalidActionError(f"the text env's action is the reply string, got {type(action).__name__}")
         parsed = parse_reply(action)
@@ -135,7 +132,7 @@ class RLAIFTextEnv(RLAIFEnv):
         batch = sim.ActionBatch.from_actions([parsed.action], lambda b, a: row)
         verdict = self.judge.score(parsed, self._view, self._prompt)
         extra = {"format": np.array([verdict.format]), "reasoning": np.array([verdict.reasoning])}
-        res = self._core.step_batch(batch, extra)
+        res = self._transition(batch, extra)
         out = res.outcome
         ok = bool(out.success[0])
         if parsed.action is None:
@@ -143,21 +140,14 @@ class RLAIFTextEnv(RLAIFEnv):
         else:
             error = None if ok else sim.error_message(out.error[0], out.error_a[0], out.error_b[0])
         self._feedback = {"success": ok, "error": error}
-        terminated, truncated = bool(res.terminated[0]), bool(res.truncated[0])
-        self._done = terminated or truncated
-        self._record_history()
         self._view = build_view(state, self.params, 0)
         self._prompt = render_prompt(self._view, describe_outcome(parsed.action, parsed, out))
         info = {
-            "reward_components": {name: float(v[0]) for name, v in res.components.items()},
-            "pnl_delta": float(out.pnl_delta[0]),
-            "equity": float(out.equity_after[0]),
-            "cash": float(state.cash[0]),
-            "feedback": self._feedback,
-            "tick": int(state.tick[0]),
+            **self._info(res),
             "parsed_action": parsed.action.to_dict() if parsed.action else None,
             "format_errors": list(parsed.errors),
             "layout": parsed.layout,
             "judge": verdict.details,
         }
+        terminated, truncated = bool(res.terminated[0]), bool(res.truncated[0])
         return self._prompt, float(res.reward[0]), terminated, truncated, info

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["COMPONENT_NAMES", "DEFAULT_WEIGHTS", "combine_components"]
+__all__ = ["COMPONENT_NAMES", "DEFAULT_WEIGHTS", "combine_components", "resolve_weights"]
 
 COMPONENT_NAMES: tuple[str, ...] = ("pnl", "format", "reasoning", "behavior", "risk")
 
@@ -25,6 +25,23 @@ DEFAULT_WEIGHTS: dict[str, float] = {"pnl": 0.5, "format": 0.25, "reasoning": 0.
 """The original's `default` archetype row (BABYLON.md §5.5), plus risk tied to the pnl weight."""
 
 _PENALTIES = frozenset({"risk"})
+
+
+def resolve_weights(archetype: str | None, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Every component weight: the archetype's row (BABYLON.md §5.5), risk = the pnl weight, then overrides.
+
+    Args:
+        archetype: an archetype name (normalised; None or unknown -> the `default` row).
+        overrides: explicit weights from the config, applied last.
+    """
+    from .archetypes import archetype_weights  # same package; kept local so this module reads standalone
+
+    weights = {k: float(v) for k, v in archetype_weights(archetype).items()}
+    weights["risk"] = weights["pnl"]
+    if overrides and "pnl" in overrides and "risk" not in overrides:
+        weights["risk"] = float(overrides["pnl"])
+    weights.update({k: float(v) for k, v in (overrides or {}).items()})
+    return weights
 
 
 def combine_components(components: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:

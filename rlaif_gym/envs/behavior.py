@@ -1,0 +1,133 @@
+"""Episode behaviour metrics for one world, and the `behavior` reward component they drive.
+
+The original scored an archetype's behaviour once per trajectory (BABYLON.md §5.6-§5.7). Inside
+`step` we pay it as potential-based shaping: the component at tick t is
+score(metrics after t) - score(metrics before t), so the per-step rewards add up to the episode's
+behaviour score exactly, and no tick is paid twice for the same behaviour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import sim
+from ..rewards.archetypes import BehaviorMetrics, behavior_score
+
+__all__ = ["BehaviorTracker"]
+
+_TRADES = {sim.ActionType.BUY_PREDICTION, sim.ActionType.SELL_PREDICTION, sim.ActionType.OPEN_PERP,
+           sim.ActionType.CLOSE_PERP}
+
+
+@dataclass
+class BehaviorTracker:
+    """Accumulates one world's episode behaviour; `metrics()` gives the original's `BehaviorMetrics`.
+
+    Per-trade PnL samples are realized PnL events: each sale, each perp close or liquidation and
+    each resolution payout (net of the position's cost) counts as one sample.
+    """
+
+    archetype: str
+    start_reputation: float = 50.0
+    trades: int = 0
+    ticks: int = 0
+    samples: list[float] = field(default_factory=list)
+    markets: set[str] = field(default_factory=set)
+    sizes: list[float] = field(default_factory=list)
+    recipients: set[int] = field(default_factory=set)
+    groups: int = 0
+    dms: int = 0
+    posts: int = 0
+    predictions: int = 0
+    correct: int = 0
+    followers: int = 0
+    reputation: float = 50.0
+    last_score: float = 0.0
+
+    def reset(self) -> None:
+        """Forget the episode (called at env reset)."""
+        fresh = BehaviorTracker(self.archetype)
+        self.__dict__.update(fresh.__dict__)
+        self.last_score = behavior_score(self.archetype, self.metrics())
+
+    @staticmethod
+    def snapshot(state: sim.WorldState) -> sim.WorldState:
+        """The few pre-step fields `update` compares against (cheaper than copying the state)."""
+        return state.take([0])
+
+    def update(self, before: sim.WorldState, after: sim.WorldState, batch: sim.ActionBatch,
+               out: sim.StepOutcome) -> float:
+        """Record world 0's step and return the behaviour component (the change in score).
+
+        Args:
+            before: `snapshot(state)` taken before the step.
+            after: the state after the step.
+            batch: the action applied.
+            out: the step's outcome.
+        """
+        self.ticks += 1
+        kind = sim.ActionType(int(batch.kind[0]))
+        if out.success[0]:
+            if kind in _TRADES:
+                self.trades += 1
+            target = int(batch.target[0])
+            if kind in (sim.ActionType.BUY_PREDICTION, sim.ActionType.SELL_PREDICTION):
+                self.markets.add(f"market-{int(before.pm_serial[0, target])}")
+            elif kind in (sim.ActionType.OPEN_PERP, sim.ActionType.CLOSE_PERP):
+                self.markets.add(sim.PERP_TICKERS[target])
+            if kind in (sim.ActionType.BUY_PREDICTION, sim.ActionType.OPEN_PERP):
+                self.sizes.append(float(batch.amount[0]))
+            if kind == sim.ActionType.BUY_PREDICTION:
+                self.predictions += 1
+            elif kind == sim.ActionType.JOIN_GROUP:
+                self.groups += 1
+            elif kind == sim.ActionType.CREATE_POST:
+                self.posts += 1
+            elif kind == sim.ActionType.SEND_DM:
+                self.dms += 1
+                self.recipients.add(target)
+        realized = float(after.realized_pnl[0] - before.realized_pnl[0])
+        if realized != 0.0:
+            self.samples.append(realized)
+        # A market that resolved this tick was called right if the agent held more winning shares.
+        resolved = after.pm_serial[0] != before.pm_serial[0]
+        for m in np.nonzero(resolved)[0]:
+            yes, no = before.hold_yes[0, m], before.hold_no[0, m]
+            if yes > 0 or no > 0:
+                self.correct += int((yes > no) == bool(before.pm_outcome[0, m]))
+        self.followers = int(after.followers[0])
+        self.reputation = float(after.reputation[0])
+        score = behavior_score(self.archetype, self.metrics())
+        delta, self.last_score = score - self.last_score, score
+        return delta
+
+    def metrics(self) -> BehaviorMetrics:
+        """The episode so far as the original's behaviour metrics."""
+        wins = [s for s in self.samples if s > 0]
+        losses = [s for s in self.samples if s <= 0]
+        social = self.dms + self.posts + self.groups
+        return BehaviorMetrics(
+            trades_executed=self.trades,
+            profitable_trades=len(wins),
+            win_rate=len(wins) / len(self.samples) if self.samples else 0.0,
+            total_pnl=float(sum(self.samples)),
+            pnl_variance=float(np.var(self.samples)) if len(self.samples) >= 2 else 0.0,
+            largest_win=max(wins, default=0.0),
+            largest_loss=min(losses, default=0.0),
+            markets_traded=len(self.markets),
+            avg_position_size=float(np.mean(self.sizes)) if self.sizes else 0.0,
+            unique_users_interacted=len(self.recipients),
+            group_chats_joined=self.groups,
+            dms_initiated=self.dms,
+            posts_created=self.posts,
+            followers_gained=self.followers,
+            reputation_delta=self.reputation - self.start_reputation,
+            predictions_made=self.predictions,
+            correct_predictions=self.correct,
+            prediction_accuracy=min(1.0, self.correct / self.predictions) if self.predictions else 0.0,
+            actions_per_tick=(self.trades + social) / max(self.ticks, 1),
+            social_to_trade_ratio=social / self.trades if self.trades else float(social),
+            episode_length=self.ticks,
+        )
