@@ -28,8 +28,8 @@ def main() -> None:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     core = RLAIFCore(config, num_worlds=len(seeds))
     print(f"RLAIF-v0, {args.seeds} seeds x {config.num_ticks} ticks, starting cash ${config.starting_cash:,.0f}")
-    print(f"| agent | mean PnL (USD) | std | 95% CI of mean | mean return | bankrupt |")
-    print(f"|---|---:|---:|---:|---:|---:|")
+    print("| agent | mean PnL (USD) | std | 95% CI of mean | mean return | bankrupt |")
+    print("|---|---:|---:|---:|---:|---:|")
     for agent_cls in (OracleAgent, InformedAgent, PassiveAgent, RandomAgent):
         start = time.perf_counter()
         stats = evaluate_policy(agent_cls(core, seed=0), seeds, config, core=core)

@@ -11,7 +11,7 @@ import argparse
 import gymnasium as gym
 import numpy as np
 
-import rlaif_gym  # noqa: F401  (registers RLAIF-v0)
+import rlaif_gym
 from rlaif_gym.agents import InformedAgent, RandomAgent
 
 KINDS = ("wait", "buy_prediction", "sell_prediction", "open_perp", "close_perp", "join_group")
@@ -33,8 +33,10 @@ def play(agent_cls, seed: int, verbose: bool) -> tuple[float, float, int]:
                 fb = info["feedback"]
                 status = "ok" if fb["success"] else f"failed: {fb['error']}"
                 comps = ", ".join(f"{k}={v:+.3f}" for k, v in info["reward_components"].items())
-                print(f"tick {info['tick']:3d} {KINDS[action[0]]:<16} target={action[1]} size={action[2]} "
-                      f"side={action[3]}  {status:<8} pnl_delta={info['pnl_delta']:+9.2f}  reward={reward:+.3f} ({comps})")
+                print(
+                    f"tick {info['tick']:3d} {KINDS[action[0]]:<16} target={action[1]} size={action[2]} "
+                    f"side={action[3]}  {status:<8} pnl_delta={info['pnl_delta']:+9.2f}  reward={reward:+.3f} ({comps})"
+                )
         if verbose and info["tick"] in (1, 84):
             print(env.render())
             print()

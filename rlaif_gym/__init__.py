@@ -25,8 +25,8 @@ __all__ = [
     "InvalidActionError",
     "RLAIFEnv",
     "RLAIFEnvConfig",
-    "RLAIFTextEnv",
     "RLAIFError",
+    "RLAIFTextEnv",
     "ResetNeeded",
     "__version__",
 ]

@@ -127,12 +127,21 @@ class InformedAgent(BaselineAgent):
         strong = (pos == 0) & (np.abs(news) > 0.5)
         target = np.argmax(np.where(strong, np.abs(news), -1.0), axis=1)
         bucket = self._bucket_for(cash_frac, 3)
-        choose(strong.any(axis=1) & (bucket >= 0), OPEN, target, np.maximum(bucket, 0),
-               (news[np.arange(b), target] < 0).astype(np.int64))
+        choose(
+            strong.any(axis=1) & (bucket >= 0),
+            OPEN,
+            target,
+            np.maximum(bucket, 0),
+            (news[np.arange(b), target] < 0).astype(np.int64),
+        )
 
         # 4. Market evidence -> implied probability.
-        evidence = (markets[:, :, _MF["news_signal"]] + 0.8 * markets[:, :, _MF["post_signal"]]
-                    + 1.5 * markets[:, :, _MF["group_signal"]] + 2.0 * markets[:, :, _MF["npc_flow"]])
+        evidence = (
+            markets[:, :, _MF["news_signal"]]
+            + 0.8 * markets[:, :, _MF["post_signal"]]
+            + 1.5 * markets[:, :, _MF["group_signal"]]
+            + 2.0 * markets[:, :, _MF["npc_flow"]]
+        )
         implied = 0.5 + 0.5 * np.tanh(1.2 * evidence)
         price = markets[:, :, _MF["price"]]
         yes_val, no_val = markets[:, :, _MF["yes_value"]], markets[:, :, _MF["no_value"]]
@@ -150,7 +159,9 @@ class InformedAgent(BaselineAgent):
         m = np.argmax(np.where(ok, np.abs(gap), -1.0), axis=1)
         size = np.where(np.abs(gap[np.arange(b), m]) > 0.25, 3, 2)
         bucket = np.minimum(self._bucket_for(cash_frac, 3), size)
-        choose(ok.any(axis=1) & (bucket >= 0), BUY, m, np.maximum(bucket, 0), (gap[np.arange(b), m] < 0).astype(np.int64))
+        choose(
+            ok.any(axis=1) & (bucket >= 0), BUY, m, np.maximum(bucket, 0), (gap[np.arange(b), m] < 0).astype(np.int64)
+        )
         return act
 
 
@@ -162,7 +173,7 @@ class OracleAgent(BaselineAgent):
     def _act(self, obs, state):
         if state is None:
             raise ValueError("OracleAgent needs the world state: call act(obs, env.unwrapped.state)")
-        markets, perps, groups, account = self._split(obs)
+        account = self._split(obs)[3]
         b = len(obs)
         rows = np.arange(b)
         act = np.zeros((b, 4), dtype=np.int64)

@@ -79,7 +79,7 @@ def feature_layout(params: WorldParams) -> FeatureLayout:
         for i in range(count):
             rows += [(f"{prefix}{i}.{n}", lo, hi, d) for n, lo, hi, d in feats]
     rows += [(f"account.{n}", lo, hi, d) for n, lo, hi, d in ACCOUNT_FEATURES]
-    names, low, high, desc = zip(*rows)
+    names, low, high, desc = zip(*rows, strict=True)
     return FeatureLayout(tuple(names), np.array(low, np.float32), np.array(high, np.float32), tuple(desc))
 
 

@@ -102,7 +102,7 @@ def _decisions(text: str) -> list[dict] | None:
         return None
     out = []
     for match in _DECISION.finditer(block.group(1)):
-        attrs = {k: (a if a is not None and a != "" or b is None else b) for k, a, b in _ATTR.findall(match.group(1))}
+        attrs = {k: (a if (a is not None and a != "") or b is None else b) for k, a, b in _ATTR.findall(match.group(1))}
         attrs = {k: v for k, v in attrs.items()}
         if "action" in attrs and "type" not in attrs:
             attrs["type"] = attrs.pop("action")

@@ -6,4 +6,13 @@ from .registration import register_envs
 from .rlaif_env import RLAIFEnv
 from .text_env import RLAIFTextEnv
 
-__all__ = ["EpisodeStats", "RLAIFCore", "RLAIFEnv", "RLAIFTextEnv", "evaluate_policy", "register_envs", "seed_keys", "world_params"]
+__all__ = [
+    "EpisodeStats",
+    "RLAIFCore",
+    "RLAIFEnv",
+    "RLAIFTextEnv",
+    "evaluate_policy",
+    "register_envs",
+    "seed_keys",
+    "world_params",
+]

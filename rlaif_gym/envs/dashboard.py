@@ -44,9 +44,12 @@ def render_ansi(state: sim.WorldState, params: sim.WorldParams, b: int, feedback
         pos = ""
         if state.pos_side[b, p] != 0:
             side = "LONG" if state.pos_side[b, p] > 0 else "SHORT"
-            pos = f"  {side} ${state.pos_notional[b, p]:,.0f} @ {state.pos_entry[b, p]:,.2f} x{state.pos_leverage[b, p]:g}"
-        lines.append(f"{sim.PERP_TICKERS[p]:<6} ${state.perp_price[b, p]:>12,.2f} {chg:+6.2f}%  "
-                     f"funding {1e4 * state.perp_funding[b, p]:+.1f}bp{pos}")
+            notional, entry, lev = state.pos_notional[b, p], state.pos_entry[b, p], state.pos_leverage[b, p]
+            pos = f"  {side} ${notional:,.0f} @ {entry:,.2f} x{lev:g}"
+        lines.append(
+            f"{sim.PERP_TICKERS[p]:<6} ${state.perp_price[b, p]:>12,.2f} {chg:+6.2f}%  "
+            f"funding {1e4 * state.perp_funding[b, p]:+.1f}bp{pos}"
+        )
     lines.append("-- latest news --")
     count = int(state.news_count[b])
     for i in range(count - 1, max(count - 4, -1), -1):
@@ -68,8 +71,19 @@ def render_ansi(state: sim.WorldState, params: sim.WorldParams, b: int, feedback
     return "\n".join(lines)
 
 
-_COLOURS = np.array([[31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40], [148, 103, 189],
-                     [140, 86, 75], [227, 119, 194], [127, 127, 127]], dtype=np.uint8)
+_COLOURS = np.array(
+    [
+        [31, 119, 180],
+        [255, 127, 14],
+        [44, 160, 44],
+        [214, 39, 40],
+        [148, 103, 189],
+        [140, 86, 75],
+        [227, 119, 194],
+        [127, 127, 127],
+    ],
+    dtype=np.uint8,
+)
 
 
 def _draw_series(img: np.ndarray, top: int, height: int, values: np.ndarray, lo: float, hi: float, colour) -> None:

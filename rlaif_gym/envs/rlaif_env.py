@@ -12,8 +12,8 @@ from gymnasium.vector import AutoresetMode
 
 from .. import sim
 from ..config import RLAIFEnvConfig
-from ..errors import InvalidActionError, ResetNeeded
 from ..encoding import decode_actions
+from ..errors import InvalidActionError, ResetNeeded
 from .behavior import BehaviorTracker
 from .core import CoreStep, RLAIFCore
 from .dashboard import render_ansi, render_chart
@@ -167,7 +167,13 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
             "success": ok,
             "error": None if ok else sim.error_message(out.error[0], out.error_a[0], out.error_b[0]),
         }
-        return res.observation[0], float(res.reward[0]), bool(res.terminated[0]), bool(res.truncated[0]), self._info(res)
+        return (
+            res.observation[0],
+            float(res.reward[0]),
+            bool(res.terminated[0]),
+            bool(res.truncated[0]),
+            self._info(res),
+        )
 
     # -- shared by both faces ---------------------------------------------------------------
 
@@ -229,9 +235,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
             ints = arr.astype(np.int64)
             integral = arr.dtype.kind in "iub" or bool(np.all(ints == arr))
         except (TypeError, ValueError):
-            raise InvalidActionError(
-                f"action must be 4 integers [kind, target, size, side], got {action!r}"
-            ) from None
+            raise InvalidActionError(f"action must be 4 integers [kind, target, size, side], got {action!r}") from None
         nvec = self.action_space.nvec
         if ints.shape != nvec.shape or not integral or np.any(ints < 0) or np.any(ints >= nvec):
             raise InvalidActionError(

@@ -46,8 +46,6 @@ from .legacy import (
 from .rules import JudgeVerdict, RuleJudge
 
 __all__ = [
-    "JudgeVerdict",
-    "RuleJudge",
     "ANALYSIS_TERMS",
     "BEARISH_WORDS",
     "BULLISH_WORDS",
@@ -61,8 +59,10 @@ __all__ = [
     "WAIT_WORDS",
     "DifficultyTick",
     "FormatReport",
+    "JudgeVerdict",
     "LengthPenalties",
     "QualityScore",
+    "RuleJudge",
     "TrajectoryDifficulty",
     "archetype_quality_bonus",
     "assess_trajectory_difficulty",

@@ -38,17 +38,83 @@ _MARKET_ID = re.compile(r"\bmarket-(\d+)\b", re.IGNORECASE)
 # equity or a price move, so a percentage earns credit when it matches but is never called false.
 _PRICE = re.compile(r"(?<![\w.$])(?:\$?(0?\.\d+)|(\d{1,3}(?:\.\d+)?)\s*(¢|c\b|cents?\b|%))", re.IGNORECASE)
 
-_YES_WORDS = frozenset("yes likely underpriced undervalued cheap bullish up upside rise rising long buy win wins".split())
-_NO_WORDS = frozenset("no unlikely overpriced overvalued expensive bearish down downside fall falling short lose loses"
-                      .split())
+_YES_WORDS = frozenset(
+    [
+        "yes",
+        "likely",
+        "underpriced",
+        "undervalued",
+        "cheap",
+        "bullish",
+        "up",
+        "upside",
+        "rise",
+        "rising",
+        "long",
+        "buy",
+        "win",
+        "wins",
+    ]
+)
+_NO_WORDS = frozenset(
+    [
+        "no",
+        "unlikely",
+        "overpriced",
+        "overvalued",
+        "expensive",
+        "bearish",
+        "down",
+        "downside",
+        "fall",
+        "falling",
+        "short",
+        "lose",
+        "loses",
+    ]
+)
 _SOURCE_NAMES = frozenset(name for name, _ in NEWS_SOURCES)
-_WAIT_WORDS = frozenset("wait waiting hold holding unclear uncertain mixed conflicting no-edge sideline".split())
-_CONCLUSION = re.compile(r"\b(so|therefore|thus|hence|because|since|which is why|i will|i'll|i buy|i sell|i open|"
-                         r"i close|i wait|i join|i short|i go long|buying|selling)\b", re.IGNORECASE)
+_WAIT_WORDS = frozenset(
+    ["wait", "waiting", "hold", "holding", "unclear", "uncertain", "mixed", "conflicting", "no-edge", "sideline"]
+)
+_CONCLUSION = re.compile(
+    r"\b(so|therefore|thus|hence|because|since|which is why|i will|i'll|i buy|i sell|i open|"
+    r"i close|i wait|i join|i short|i go long|buying|selling)\b",
+    re.IGNORECASE,
+)
 _STUFF_WORDS = frozenset(
-    "bullish bearish buy sell long short risk exposure profit loss pnl momentum trend market price volume "
-    "position funding probability sentiment support resistance breakout consolidation hedge upside downside "
-    "opportunity analysis strategy".split()
+    [
+        "bullish",
+        "bearish",
+        "buy",
+        "sell",
+        "long",
+        "short",
+        "risk",
+        "exposure",
+        "profit",
+        "loss",
+        "pnl",
+        "momentum",
+        "trend",
+        "market",
+        "price",
+        "volume",
+        "position",
+        "funding",
+        "probability",
+        "sentiment",
+        "support",
+        "resistance",
+        "breakout",
+        "consolidation",
+        "hedge",
+        "upside",
+        "downside",
+        "opportunity",
+        "analysis",
+        "strategy",
+    ]
 )
 
 
@@ -129,12 +195,25 @@ class RuleJudge:
         copying = 1.0 if overlap <= 0.2 else max(0.0, 1.0 - overlap)
         factor = repetition * variety_factor * stuffing * padding * copying * (0.5 if contradiction else 1.0)
         reasoning = max(0.0, min(1.0, base * factor))
-        return JudgeVerdict(fmt, reasoning, {
-            "grounding": grounding, "consistency": consistency, "conclusion": conclusion,
-            "facts_correct": float(len(correct)), "facts_wrong": float(wrong), "contradiction": float(contradiction),
-            "repetition": repetition, "variety": variety_factor, "stuffing": stuffing, "padding": padding,
-            "copying": copying, "factor": factor, "words": float(len(words)),
-        })
+        return JudgeVerdict(
+            fmt,
+            reasoning,
+            {
+                "grounding": grounding,
+                "consistency": consistency,
+                "conclusion": conclusion,
+                "facts_correct": float(len(correct)),
+                "facts_wrong": float(wrong),
+                "contradiction": float(contradiction),
+                "repetition": repetition,
+                "variety": variety_factor,
+                "stuffing": stuffing,
+                "padding": padding,
+                "copying": copying,
+                "factor": factor,
+                "words": float(len(words)),
+            },
+        )
 
     def _facts(self, text: str, view: TickView) -> tuple[set[str], int]:
         """Distinct true facts cited, and the number of false claims.
@@ -193,9 +272,14 @@ class RuleJudge:
         if kind == "wait":
             waits = sum(w in _WAIT_WORDS for w in words)
             return (1.0 if waits else 0.5), False
-        target = {"buy_prediction": action.market, "sell_prediction": action.market, "open_perp": action.ticker,
-                  "close_perp": action.ticker or action.position_id, "join_group": action.group,
-                  "send_dm": action.recipient}.get(kind)
+        target = {
+            "buy_prediction": action.market,
+            "sell_prediction": action.market,
+            "open_perp": action.ticker,
+            "close_perp": action.ticker or action.position_id,
+            "join_group": action.group,
+            "send_dm": action.recipient,
+        }.get(kind)
         mentioned = bool(target) and re.search(rf"(?<!\w){re.escape(str(target).lower())}(?!\w)", text.lower())
         want = self._leaning(reply, view)
         if want == 0:

@@ -339,7 +339,7 @@ class ActionBatch:
         `engine.resolve_action`, which looks ids up in the state.
         """
         rows = [resolve(b, a) for b, a in enumerate(actions)]
-        cols = list(zip(*rows)) if rows else [()] * 8
+        cols = list(zip(*rows, strict=True)) if rows else [()] * 8
         return cls(
             kind=np.asarray(cols[0], np.int64), target=np.asarray(cols[1], np.int64),
             side=np.asarray(cols[2], np.int64), amount=np.asarray(cols[3], np.float64),

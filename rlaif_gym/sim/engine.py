@@ -328,7 +328,7 @@ def _apply_open(state: WorldState, params: WorldParams, w, a: ActionBatch, r: _R
 
 
 def _apply_close(state: WorldState, params: WorldParams, w, a: ActionBatch, r: _Result) -> None:
-    err, ea, eb = r.err, r.ea, r.eb
+    err, ea = r.err, r.ea
     t = a.target[w]
     bad_t = (t < 0) | (t >= params.num_perps)
     t = np.where(bad_t, 0, t)

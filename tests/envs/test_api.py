@@ -10,7 +10,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env as gym_check_env
 
 import rlaif_gym
-from rlaif_gym import ConfigError, InvalidActionError, RLAIFEnv, RLAIFEnvConfig, ResetNeeded
+from rlaif_gym import ConfigError, InvalidActionError, ResetNeeded, RLAIFEnv, RLAIFEnvConfig
 
 
 def test_gymnasium_check_env_passes_with_warnings_as_errors():

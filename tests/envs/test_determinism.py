@@ -30,7 +30,7 @@ def test_same_seed_and_actions_give_an_identical_episode():
     a = _rollout(gym.make("RLAIF-v0"), 11, actions)
     b = _rollout(gym.make("RLAIF-v0"), 11, actions)
     assert len(a) == len(b) == 169
-    for t, (x, y) in enumerate(zip(a, b)):
+    for t, (x, y) in enumerate(zip(a, b, strict=True)):
         assert np.array_equal(x[0], y[0]), f"observation differs at step {t}"
         assert x[1:4] == y[1:4], f"reward/flags differ at step {t}"
         assert x[4] == y[4], f"info differs at step {t}"
@@ -93,14 +93,14 @@ def test_batched_core_equals_the_single_env_seed_by_seed(agent_cls):
     agent = agent_cls(core, seed=5)
     obs = core.reset(np.asarray(__import__("rlaif_gym.envs", fromlist=["seed_keys"]).seed_keys(seeds)))
     envs = [gym.make("RLAIF-v0") for _ in seeds]
-    singles = [e.reset(seed=s)[0] for e, s in zip(envs, seeds)]
+    singles = [e.reset(seed=s)[0] for e, s in zip(envs, seeds, strict=True)]
     assert np.array_equal(np.stack(singles), obs)
     totals = np.zeros(len(seeds))
     for t in range(168):
         actions = agent.act(obs, core.state)
         res = core.step(actions)
         for i, e in enumerate(envs):
-            o, r, _, _, info = e.step(actions[i])
+            o, r, _, _, _ = e.step(actions[i])
             assert np.array_equal(o, res.observation[i]), f"world {i} differs at tick {t}"
             assert r == res.reward[i]
             totals[i] += r
@@ -113,7 +113,7 @@ def test_sync_vector_env_matches_single_envs():
     vec = gym.make_vec("RLAIF-v0", num_envs=3, vectorization_mode="sync")
     obs, _ = vec.reset(seed=21)
     singles = [gym.make("RLAIF-v0") for _ in seeds]
-    ref = np.stack([e.reset(seed=s)[0] for e, s in zip(singles, seeds)])
+    ref = np.stack([e.reset(seed=s)[0] for e, s in zip(singles, seeds, strict=True)])
     assert np.array_equal(obs, ref)
     for a in np.random.default_rng(3).integers(0, [6, 4, 5, 2], size=(25, 3, 4)):
         o, r, *_ = vec.step(a)

@@ -57,7 +57,7 @@ def test_fixed_seed_and_replies_give_an_identical_episode():
         return out
 
     a, b = run(), run()
-    for t, (x, y) in enumerate(zip(a, b)):
+    for t, (x, y) in enumerate(zip(a, b, strict=True)):
         assert x == y, f"step {t} differs"
 
 
