@@ -25,6 +25,8 @@ LAYERS = {
     "cli": 6, "integrations": 6,
 }
 THIRD_PARTY_BY_LAYER = {0: {"pydantic"}, 1: {"numpy", "pydantic"}}
+# The trajectory schema is pydantic + stdlib only (readers and storage pull in nothing heavy).
+SCHEMA_MODULES = {"trajectory"}
 
 
 def _modules():
@@ -88,3 +90,9 @@ def test_no_global_random_state_in_the_package():
         for bad in ("np.random.seed(", "np.random.rand(", "np.random.randint(", "np.random.choice(",
                     "np.random.normal(", "np.random.uniform("):
             assert bad not in text, f"{path} uses the global numpy RNG ({bad})"
+
+
+def test_trajectory_schema_imports_only_pydantic_and_the_standard_library():
+    for name in _imports(PKG / "trajectory.py"):
+        root = name.split(".")[0]
+        assert root in sys.stdlib_module_names or root == "pydantic" or name == "rlaif_gym.errors", name

@@ -1,0 +1,256 @@
+"""The trajectory schema: what one recorded episode holds, as versioned pydantic v2 models.
+
+It keeps the original Babylon data model (BABYLON.md §4: trajectory, step, LLM call, action,
+environment state) with its exact camelCase aliases for export (`agentPnL`, `finalPnL`, `llmCalls`,
+`stepsJson` layout; the original's `to_camel("final_pnl")` gave `finalPnl`, which silently loaded
+as 0), and extends it (WORLD.md §9) with the observation in both faces, the feedback and
+`pnl_delta`, the reward components and weights, full LLM-call records (model, sampling, latency,
+usage, token ids and logprobs when the server returns them, and any error), and the provenance:
+`schema_version`, env id, config, seed and package version.
+
+Field names are snake_case in Python and accept either spelling on input; `to_json` writes the
+camelCase aliases. Readers reject an unknown `schema_version` with `SchemaVersionError`. Records
+carry no secrets: an API key never enters any field (the LLM layer strips it).
+
+This module is layer L1: it imports pydantic and the standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from .errors import RLAIFError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Action",
+    "EnvironmentState",
+    "Feedback",
+    "LLMCall",
+    "LLMCallError",
+    "Observation",
+    "ProviderAccess",
+    "SchemaVersionError",
+    "Trajectory",
+    "TrajectoryStep",
+    "sim_timestamp_ms",
+]
+
+SCHEMA_VERSION = 1
+"""Bumped on any change that an old reader could misread."""
+
+EPOCH_MS = 1_767_225_600_000
+"""Simulated time origin (2026-01-01T00:00:00Z). Timestamps derive from ticks, never the wall clock."""
+
+
+def sim_timestamp_ms(tick: int, tick_seconds: int = 3600) -> int:
+    """The simulated timestamp of a tick, ms since the Unix epoch (one tick = one simulated hour)."""
+    return EPOCH_MS + int(tick) * tick_seconds * 1000
+
+
+class SchemaVersionError(RLAIFError, ValueError):
+    """A record was written by a schema version this reader does not know."""
+
+
+class _Record(BaseModel):
+    """Base: snake_case in Python, camelCase on the wire, either spelling accepted on input."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able dict with the camelCase aliases (the export layout)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class LLMCallError(_Record):
+    """Why an LLM call failed. `retryable` is True for transient failures (timeouts, 5xx, 429)."""
+
+    type: str
+    message: str
+    status_code: int | None = None
+    retryable: bool = False
+
+
+class LLMCall(_Record):
+    """One LLM call, policy or judge, successful or not (BABYLON.md §4 LLMCall, extended).
+
+    `temperature` and `max_tokens` are optional: the original required them even when unknown.
+    """
+
+    call_id: str = ""
+    model: str
+    model_version: str | None = None
+    system_prompt: str = ""
+    user_prompt: str = ""
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    response: str = ""
+    reasoning: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    purpose: Literal["action", "reasoning", "evaluation", "response", "other"] = "action"
+    action_type: str | None = None
+    latency_ms: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    finish_reason: str | None = None
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    completion_logprobs: list[float] | None = None
+    attempts: int = 1
+    error: LLMCallError | None = None
+
+
+class ProviderAccess(_Record):
+    """A data-provider access during a tick (kept from the original; rlaif_gym does not use it)."""
+
+    provider_name: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    purpose: str = ""
+
+
+class Action(_Record):
+    """The action taken at a step and its result (BABYLON.md §4 Action)."""
+
+    action_type: str
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    success: bool = False
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    reasoning: str | None = None
+
+
+class EnvironmentState(_Record):
+    """The agent's account before the step's action (BABYLON.md §4 EnvironmentState).
+
+    Extra keys (equity, cash, tick, ...) are allowed, as in the original's TS mirror.
+    """
+
+    agent_balance: float
+    agent_pnl: float = Field(0.0, alias="agentPnL", validation_alias=AliasChoices("agentPnL", "agent_pnl", "agentPnl"))
+    open_positions: int = 0
+    active_markets: int = 0
+
+    @field_validator("open_positions", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        # The original sometimes stored the list of positions here (BABYLON.md §8.6).
+        return len(value) if isinstance(value, list) else value
+
+
+class Observation(_Record):
+    """The observation of a step in both faces."""
+
+    text: str = ""
+    numeric: list[float] = Field(default_factory=list)
+
+
+class Feedback(_Record):
+    """What the environment said about the action, and the equity change of the whole transition."""
+
+    success: bool
+    error: str | None = None
+    pnl_delta: float = 0.0
+
+
+class TrajectoryStep(_Record):
+    """One tick: observation, every LLM call, the action, the feedback and the reward components."""
+
+    step_number: int
+    timestamp: int  # simulated ms, see `sim_timestamp_ms`
+    environment_state: EnvironmentState
+    provider_accesses: list[ProviderAccess] = Field(default_factory=list)
+    llm_calls: list[LLMCall] = Field(default_factory=list)
+    action: Action | None = None
+    reward: float = 0.0
+    observation: Observation | None = None
+    feedback: Feedback | None = None
+    reward_components: dict[str, float] = Field(default_factory=dict)
+    format_errors: list[str] = Field(default_factory=list)
+    judge: dict[str, float] = Field(default_factory=dict)
+
+
+class Trajectory(_Record):
+    """One episode (BABYLON.md §4 TrainingTrajectory, alias BabylonTrajectory, extended)."""
+
+    schema_version: int = SCHEMA_VERSION
+    trajectory_id: str
+    agent_id: str
+    id: str = ""
+    window_id: str = "default"
+    scenario_id: str | None = None
+    episode_id: str | None = None
+    group_id: str | None = None
+    group_index: int | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    duration_ms: int = 0
+    steps: list[TrajectoryStep] = Field(default_factory=list)
+    total_reward: float = 0.0
+    final_pnl: float = Field(0.0, alias="finalPnL", validation_alias=AliasChoices("finalPnL", "final_pnl", "finalPnl"))
+    final_balance: float | None = None
+    trades_executed: int = 0
+    successful_trades: int = 0
+    failed_trades: int = 0
+    posts_created: int = 0
+    provider_accesses: int = 0
+    episode_length: int = 0
+    final_status: str = "completed"
+    archetype: str | None = None
+    # --- provenance (rlaif_gym)
+    env_id: str | None = None
+    seed: int | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    package_version: str | None = None
+    reward_weights: dict[str, float] = Field(default_factory=dict)
+    agent: dict[str, Any] = Field(default_factory=dict)
+    judge_scores: dict[str, Any] = Field(default_factory=dict)
+    quality: dict[str, Any] = Field(default_factory=dict)
+    errors: list[str] = Field(default_factory=list)
+    failed_calls: list[LLMCall] = Field(default_factory=list)
+    """LLM calls that failed for good (after retries) and ended the episode; they have no step."""
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known_version(cls, version: int) -> int:
+        if version != SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"trajectory schema_version {version} is not supported by this reader (expects {SCHEMA_VERSION}); "
+                "upgrade rlaif-gym to read it, or re-export the file with the version that wrote it"
+            )
+        return version
+
+    def to_json(self) -> str:
+        """One line of JSON with the camelCase aliases (no trailing newline)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, line: str | bytes) -> Trajectory:
+        """Parse one JSON line, in our layout or the original's camelCase layout.
+
+        Raises:
+            SchemaVersionError: the line has an unknown `schemaVersion`.
+            pydantic.ValidationError: the line is not a trajectory.
+        """
+        data = json.loads(line)
+        version = data.get("schemaVersion", data.get("schema_version", SCHEMA_VERSION))
+        if version != SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"trajectory schema_version {version!r} is not supported by this reader (expects {SCHEMA_VERSION}); "
+                "upgrade rlaif-gym to read it, or re-export the file with the version that wrote it"
+            )
+        if isinstance(data.get("stepsJson"), str) and "steps" not in data:
+            data["steps"] = json.loads(data.pop("stepsJson"))  # the original database row layout
+        return cls.model_validate(data)
+
+
+def utc_now() -> datetime:
+    """Wall-clock time for run bookkeeping (start/end of collection), never for simulated ids."""
+    return datetime.now(timezone.utc)
