@@ -4,11 +4,10 @@
 are also reachable as `gym.make("rlaif_gym:<id>")`.
 """
 
+from ._version import __version__
 from .config import RLAIFEnvConfig
 from .envs import RLAIFEnv, RLAIFTextEnv, register_envs
 from .errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError
-
-__version__ = "0.1.0"
 
 BabylonRLAIFEnv = RLAIFEnv
 """Alias kept for users of the original Babylon system."""

@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "rlaif_gym"
 
 # Layer of each top-level module or subpackage of rlaif_gym (ARCHITECTURE.md "Import layers").
 LAYERS = {
-    "errors": -1, "config": 0,  # errors is the floor: every module, config included, may raise them
+    "errors": -1, "_version": -1, "config": 0,  # errors is the floor: every module, config included, may raise them
     "sim": 1, "trajectory": 1,
     "encoding": 2, "llm": 2, "storage": 2,
     "rewards": 3, "agents": 3, "judge": 3,

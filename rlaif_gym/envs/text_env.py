@@ -84,7 +84,8 @@ class RLAIFTextEnv(RLAIFEnv):
 
     ## Info
     The numeric face's keys, plus `parsed_action` (the canonical action dict or None),
-    `format_errors` (list of str), `judge` (the rule judge's score breakdown) and `layout`.
+    `format_errors` (list of str), `reasoning` (the reply's reasoning text), `judge` (the rule judge's
+    score breakdown) and `layout`.
 
     ## Version History
     * v0: initial release.
@@ -147,6 +148,7 @@ class RLAIFTextEnv(RLAIFEnv):
             "parsed_action": parsed.action.to_dict() if parsed.action else None,
             "format_errors": list(parsed.errors),
             "layout": parsed.layout,
+            "reasoning": parsed.reasoning,
             "judge": verdict.details,
         }
         terminated, truncated = bool(res.terminated[0]), bool(res.truncated[0])

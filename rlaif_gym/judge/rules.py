@@ -77,6 +77,11 @@ _SOURCE_NAMES = frozenset(name for name, _ in NEWS_SOURCES)
 _WAIT_WORDS = frozenset(
     ["wait", "waiting", "hold", "holding", "unclear", "uncertain", "mixed", "conflicting", "no-edge", "sideline"]
 )
+# "60.7¢ YES", "YES at 41¢", "YES near 27%": YES/NO used as a price label, not as an argument.
+_PRICE_LABEL = re.compile(
+    r"\d+(?:\.\d+)?\s*(?:¢|c\b|cents?\b|%)\s+(?:yes|no)\b|\b(?:yes|no)\s+(?:at|near|around|is at|trades at)\s+\$?\d",
+    re.IGNORECASE,
+)
 _CONCLUSION = re.compile(
     r"\b(so|therefore|thus|hence|because|since|which is why|i will|i'll|i buy|i sell|i open|"
     r"i close|i wait|i join|i short|i go long|buying|selling)\b",
@@ -285,10 +290,11 @@ class RuleJudge:
         if want == 0:
             return (1.0 if mentioned else 0.5), False
         # Direction words in the sentences about the target (or the whole text if it is never named).
-        scope = words
+        argument = _PRICE_LABEL.sub(" ", text)
+        scope = _words(argument)
         if mentioned:
-            sentences = [s for s in _SENTENCE.split(text) if str(target).lower() in s.lower()]
-            scope = _words(" ".join(sentences)) or words
+            sentences = [s for s in _SENTENCE.split(argument) if str(target).lower() in s.lower()]
+            scope = _words(" ".join(sentences)) or scope
         yes = sum(w in _YES_WORDS for w in scope)
         no = sum(w in _NO_WORDS for w in scope)
         lean = (yes > no) - (no > yes)

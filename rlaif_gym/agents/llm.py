@@ -1,0 +1,72 @@
+"""LLM policies for the text face: a system prompt and a tick prompt in, one recorded reply out.
+
+Each tick is one chat turn (system + the tick's prompt, which already carries the last action's
+result), so every call can be replayed and trained on alone. Every call goes through the
+`RecordingClient`; a failed call raises `LLMError` carrying its record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from ..llm import ChatClient, OpenAIChatClient, RecordingClient, SamplingParams, ScriptedLLM
+from ..trajectory import LLMCall
+
+__all__ = ["LLMAgent", "OpenAIChatAgent", "ScriptedLLMAgent"]
+
+
+class LLMAgent:
+    """A chat-model policy.
+
+    Args:
+        client: any `ChatClient` (scripted, OpenAI-compatible, or your own).
+        sampling: sampling parameters; the per-call seed is set by the caller.
+        name: the agent id recorded in trajectories.
+    """
+
+    def __init__(self, client: ChatClient, sampling: SamplingParams | None = None, name: str | None = None) -> None:
+        self.client = RecordingClient(client, purpose="action")
+        self.sampling = sampling or SamplingParams()
+        self.name = name or client.model
+
+    def describe(self) -> dict[str, Any]:
+        """The agent as recorded in each trajectory: client description and sampling (no secrets)."""
+        return {"name": self.name, **self.client.describe(), "sampling": asdict(self.sampling)}
+
+    async def act(self, system_prompt: str, prompt: str, *, seed: int | None = None,
+                  call_id: str = "") -> tuple[str, LLMCall]:
+        """The reply to one tick and its call record. Raises `LLMError` (with `.record`) on failure."""
+        messages = [{"role": "system", "content": system_prompt}, {"role": "user", "content": prompt}]
+        completion, record = await self.client.chat(messages, self.sampling.with_seed(seed), call_id=call_id)
+        return completion.text, record
+
+
+class ScriptedLLMAgent(LLMAgent):
+    """The embedded offline default: `ScriptedLLM` behind the same recording path as a real model."""
+
+    def __init__(self, temperature: float = 0.7, latency_s: float = 0.0, jitter_s: float = 0.0,
+                 name: str = "scripted") -> None:
+        super().__init__(ScriptedLLM(latency_s=latency_s, jitter_s=jitter_s),
+                         SamplingParams(temperature=temperature, max_tokens=512, logprobs=False), name=name)
+
+
+class OpenAIChatAgent(LLMAgent):
+    """A policy served by any OpenAI-compatible server (vLLM, llama.cpp, Ollama, hosted APIs).
+
+    Args:
+        model, base_url, api_key: see `OpenAIChatClient` (environment variables are the fallback);
+            the key is never recorded.
+        temperature, max_tokens, top_p: sampling.
+        logprobs: ask for per-token logprobs.
+        timeout, max_retries: per attempt / transient failures only.
+        extra_body: extra server fields (e.g. {"return_token_ids": True} on vLLM).
+    """
+
+    def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None, *,
+                 temperature: float = 0.7, max_tokens: int = 512, top_p: float | None = None, logprobs: bool = True,
+                 timeout: float = 60.0, max_retries: int = 3, backoff: float = 0.5,
+                 extra_body: dict[str, Any] | None = None, name: str | None = None) -> None:
+        client = OpenAIChatClient(model, base_url, api_key, timeout=timeout, max_retries=max_retries,
+                                  backoff=backoff, extra_body=extra_body)
+        super().__init__(client, SamplingParams(temperature, max_tokens, top_p, None, logprobs), name=name)

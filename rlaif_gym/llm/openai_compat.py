@@ -1,0 +1,158 @@
+"""`OpenAIChatClient`: any OpenAI-compatible chat server (vLLM, llama.cpp, Ollama, hosted APIs).
+
+Built on the official `openai` package (the `[openai]` extra, imported when the first call is
+made, so constructing a client needs neither the package nor a connection). The base URL, model
+and key come from the arguments or from `OPENAI_BASE_URL`, `RLAIF_MODEL` / `OPENAI_MODEL` and
+`OPENAI_API_KEY`; local servers accept any key, so a missing key becomes "EMPTY". The key is held
+only by the HTTP client: `describe()` and every record omit it, and credentials embedded in the base
+URL are stripped before it is recorded.
+
+Retries: timeouts, connection errors, 429 and 5xx are retried with exponential backoff and jitter
+(drawn from a seeded generator); 4xx errors are not. A server that rejects the `logprobs` option is
+asked again without it, and remembered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+from ..errors import DependencyNotInstalled
+from .types import Completion, LLMError, SamplingParams
+
+__all__ = ["OpenAIChatClient", "redact_url"]
+
+
+def redact_url(url: str | None) -> str | None:
+    """The URL without any user:password part (safe to record)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+class OpenAIChatClient:
+    """Chat completions against an OpenAI-compatible endpoint, with timeouts and retries.
+
+    Args:
+        model: model name on the server (or RLAIF_MODEL / OPENAI_MODEL).
+        base_url: e.g. http://127.0.0.1:8000/v1 (or OPENAI_BASE_URL; default the OpenAI API).
+        api_key: the key (or OPENAI_API_KEY; "EMPTY" when neither is set). Never recorded.
+        timeout: seconds per attempt.
+        max_retries: retries after the first attempt, for transient failures only.
+        backoff: first backoff in seconds; doubles per retry, with up to 50% jitter.
+        jitter_seed: seeds the jitter generator (reproducible schedules in tests).
+        extra_body: extra JSON fields for the server (e.g. vLLM's {"return_token_ids": True}).
+    """
+
+    def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None, *,
+                 timeout: float = 60.0, max_retries: int = 3, backoff: float = 0.5, jitter_seed: int = 0,
+                 extra_body: dict[str, Any] | None = None) -> None:
+        self.model = model or os.environ.get("RLAIF_MODEL") or os.environ.get("OPENAI_MODEL") or ""
+        if not self.model:
+            raise ValueError("OpenAIChatClient needs a model name: pass model=... or set RLAIF_MODEL")
+        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
+        self.extra_body = dict(extra_body or {})
+        self._rng = np.random.default_rng(jitter_seed)
+        self._client = None
+        self._logprobs_supported = True
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAIChatClient(model={self.model!r}, base_url={redact_url(self.base_url)!r})"
+
+    def describe(self) -> dict[str, Any]:
+        """Kind, model, endpoint and limits; never the key."""
+        return {"kind": "openai-compatible", "model": self.model, "base_url": redact_url(self.base_url),
+                "timeout_s": self.timeout, "max_retries": self.max_retries}
+
+    def _get_client(self):
+        if self._client is None:
+            try:
+                import openai
+            except ImportError as exc:
+                raise DependencyNotInstalled(
+                    'OpenAIChatClient needs the openai package: pip install "rlaif-gym[openai]"'
+                ) from exc
+            self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key, timeout=self.timeout,
+                                              max_retries=0)
+        return self._client
+
+    async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
+        """One completion, retried on transient failures; raises `LLMError` when it gives up."""
+        import openai  # the client above has checked that it is installed
+
+        client = self._get_client()
+        attempt = 0
+        while True:
+            attempt += 1
+            kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
+            for name in ("temperature", "max_tokens", "top_p", "seed"):
+                if getattr(params, name) is not None:
+                    kwargs[name] = getattr(params, name)
+            if params.logprobs and self._logprobs_supported:
+                kwargs["logprobs"] = True
+            if self.extra_body:
+                kwargs["extra_body"] = self.extra_body
+            try:
+                response = await client.chat.completions.create(**kwargs)
+                return self._completion(response, attempt)
+            except openai.BadRequestError as exc:
+                if "logprobs" in kwargs and "logprob" in str(exc).lower():
+                    self._logprobs_supported = False
+                    attempt -= 1
+                    continue
+                raise LLMError(_message(exc), type_="BadRequestError", status_code=exc.status_code,
+                               attempts=attempt) from None
+            except (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
+                    openai.InternalServerError, openai.APIResponseValidationError, ValueError) as exc:
+                status = getattr(exc, "status_code", None)
+                if attempt > self.max_retries:
+                    raise LLMError(_message(exc), type_=type(exc).__name__, status_code=status, retryable=True,
+                                   attempts=attempt) from None
+            except openai.APIStatusError as exc:
+                retryable = exc.status_code >= 500 or exc.status_code == 429
+                if not retryable or attempt > self.max_retries:
+                    raise LLMError(_message(exc), type_=type(exc).__name__, status_code=exc.status_code,
+                                   retryable=retryable, attempts=attempt) from None
+            delay = self.backoff * (2 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
+            await asyncio.sleep(delay)
+
+    def _completion(self, response: Any, attempts: int) -> Completion:
+        if not getattr(response, "choices", None):
+            raise ValueError(f"malformed response: no choices in {str(response)[:200]!r}")
+        choice = response.choices[0]
+        message = choice.message
+        text = message.content if message is not None and message.content is not None else ""
+        logprobs = None
+        content = getattr(getattr(choice, "logprobs", None), "content", None)
+        if content:
+            logprobs = [float(t.logprob) for t in content]
+        usage = getattr(response, "usage", None)
+        extra = getattr(choice, "model_extra", None) or {}
+        token_ids = extra.get("token_ids") if isinstance(extra.get("token_ids"), list) else None
+        response_extra = getattr(response, "model_extra", {}) or {}
+        prompt_ids = response_extra.get("prompt_token_ids")
+        prompt_ids = prompt_ids if isinstance(prompt_ids, list) else None
+        reasoning = getattr(message, "reasoning_content", None) or (getattr(message, "model_extra", None) or {}).get(
+            "reasoning_content")
+        return Completion(
+            text=text, model=getattr(response, "model", None) or self.model, finish_reason=choice.finish_reason,
+            prompt_tokens=getattr(usage, "prompt_tokens", None), completion_tokens=getattr(usage, "completion_tokens",
+                                                                                           None),
+            total_tokens=getattr(usage, "total_tokens", None), prompt_token_ids=prompt_ids,
+            completion_token_ids=token_ids, completion_logprobs=logprobs, reasoning=reasoning, attempts=attempts,
+        )
+
+
+def _message(exc: Exception) -> str:
+    text = str(exc)
+    return text[:500] if text else type(exc).__name__

@@ -1,0 +1,15 @@
+"""The rollout collector: drive text envs against LLM policies and record every tick."""
+
+from .collector import CollectionSummary, EpisodeSpec, RolloutCollector, TrajectorySink, call_seed
+from .quality import QualityReport, summarize_quality, validate_trajectory
+
+__all__ = [
+    "CollectionSummary",
+    "EpisodeSpec",
+    "QualityReport",
+    "RolloutCollector",
+    "TrajectorySink",
+    "call_seed",
+    "summarize_quality",
+    "validate_trajectory",
+]

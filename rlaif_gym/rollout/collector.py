@@ -1,0 +1,374 @@
+"""`RolloutCollector`: drive many text envs against an LLM policy and record every tick in full.
+
+Design.
+* **One asyncio task per episode, each with its own env.** An env advances as soon as its own reply
+  arrives; there is no lock-step batch, so one slow call never stalls the others. Because every
+  episode resets its own env explicitly, there is no Gymnasium autoreset step to skip: every
+  recorded step is a real transition with exactly one policy call.
+* **Bounded concurrency**, separately for episodes in flight (`num_envs`) and LLM calls in flight
+  (`max_concurrent_calls`).
+* **GRPO groups**: `group_size` episodes share an env seed (identical start state) and differ only
+  in their per-call sampling seeds.
+* **Failures are data.** A call that fails for good (after the client's retries) ends its episode
+  with `final_status="failed"`, the failed call in `failed_calls` and the error in `errors`; any
+  other exception inside an episode is recorded the same way. Nothing escapes `collect`, and the
+  other episodes carry on. A malformed *reply* is not a failure: the env scores it (format -1).
+* **Streaming and resume.** Each finished trajectory goes to the sink at once; with `resume=True`,
+  episodes whose trajectory id the sink already holds are skipped, so a killed run continues without
+  losing or duplicating anything.
+
+Determinism: episode ids, env seeds and per-call seeds derive from the run seed; with a
+deterministic policy (the scripted agent) a rerun writes identical steps (latencies aside).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+
+from .._version import __version__ as _pkg_version
+from ..agents.llm import LLMAgent
+from ..config import RLAIFEnvConfig
+from ..errors import ConfigError
+from ..llm import LLMError
+from ..trajectory import (
+    Action,
+    EnvironmentState,
+    Feedback,
+    Observation,
+    Trajectory,
+    TrajectoryStep,
+    sim_timestamp_ms,
+)
+from .quality import summarize_quality, validate_trajectory
+
+__all__ = ["CollectionSummary", "EpisodeSpec", "RolloutCollector", "TrajectorySink", "call_seed"]
+
+_TRADES = {"buy_prediction", "sell_prediction", "open_perp", "close_perp"}
+
+
+class TrajectorySink(Protocol):
+    """Where finished trajectories go (e.g. `rlaif_gym.storage.JsonlStore`)."""
+
+    def append(self, trajectory: Trajectory) -> None: ...
+
+
+def call_seed(seed: int, member: int, tick: int) -> int:
+    """A per-call sampling seed in [0, 2**31) derived from the episode and tick (SplitMix64 mix)."""
+    x = (seed * 0x9E3779B97F4A7C15 + member * 0xBF58476D1CE4E5B9 + tick * 0x94D049BB133111EB) & (2**64 - 1)
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & (2**64 - 1)
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & (2**64 - 1)
+    return (x ^ (x >> 31)) & (2**31 - 1)
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One planned episode."""
+
+    trajectory_id: str
+    env_seed: int
+    member: int
+    group_id: str
+
+
+@dataclass
+class CollectionSummary:
+    """What a collection did."""
+
+    planned: int = 0
+    skipped_existing: int = 0
+    completed: int = 0
+    failed: int = 0
+    bankrupt: int = 0
+    steps: int = 0
+    llm_calls: int = 0
+    failed_calls: int = 0
+    wall_s: float = 0.0
+    mean_return: float = 0.0
+    mean_final_pnl: float = 0.0
+    quality: dict = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ticks_per_s(self) -> float:
+        """Environment ticks (with their LLM calls) per wall-clock second."""
+        return self.steps / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        """JSON-able form (for `rlaif-gym report` and logs)."""
+        return {**asdict(self), "ticks_per_s": self.ticks_per_s}
+
+
+class RolloutCollector:
+    """Collect trajectories from `RLAIF-Text-v0` (or another text env id) with an LLM policy.
+
+    Args:
+        agent: the policy (`ScriptedLLMAgent`, `OpenAIChatAgent`, or any `LLMAgent`).
+        sink: receives each finished trajectory; None keeps them in `self.trajectories`.
+        env_id: a registered text env id.
+        env_config: an `RLAIFEnvConfig` or mapping for every env.
+        num_envs: episodes in flight at once.
+        max_concurrent_calls: LLM calls in flight at once (default: num_envs).
+        group_size: episodes per env seed (GRPO groups); 1 for plain rollouts.
+        run_name: prefix of trajectory and group ids.
+        progress: show a live progress display (rich, when installed and stderr is a terminal).
+        max_ticks: stop each episode after this many ticks (default: the env's num_ticks).
+        on_trajectory: called with each finished trajectory (after the sink).
+    """
+
+    def __init__(self, agent: LLMAgent, *, sink: TrajectorySink | None = None, env_id: str = "RLAIF-Text-v0",
+                 env_config: RLAIFEnvConfig | Mapping[str, Any] | None = None, num_envs: int = 8,
+                 max_concurrent_calls: int | None = None, group_size: int = 1, run_name: str = "run",
+                 progress: bool = False, max_ticks: int | None = None,
+                 on_trajectory: Callable[[Trajectory], None] | None = None) -> None:
+        if num_envs < 1 or group_size < 1:
+            raise ConfigError(f"num_envs and group_size must be >= 1, got {num_envs} and {group_size}")
+        self.agent = agent
+        self.sink = sink
+        self.env_id = env_id
+        self.config = RLAIFEnvConfig.from_any(env_config)
+        self.num_envs = num_envs
+        self.max_concurrent_calls = max_concurrent_calls or num_envs
+        self.group_size = group_size
+        self.run_name = run_name
+        self.progress = progress
+        self.max_ticks = max_ticks
+        self.on_trajectory = on_trajectory
+        self.trajectories: list[Trajectory] = []
+
+    # -- planning ---------------------------------------------------------------------------
+
+    def plan(self, episodes: int, seed: int) -> list[EpisodeSpec]:
+        """The episodes of a run: ceil(episodes / group_size) env seeds from `seed` up."""
+        specs = []
+        for g in range(math.ceil(episodes / self.group_size)):
+            env_seed = seed + g
+            for member in range(self.group_size):
+                if len(specs) == episodes:
+                    break
+                specs.append(EpisodeSpec(f"{self.run_name}-s{env_seed}-m{member}", env_seed, member,
+                                         f"{self.run_name}-s{env_seed}"))
+        return specs
+
+    def manifest(self, episodes: int, seed: int) -> dict[str, Any]:
+        """What identifies a run, so that `--resume` can refuse to mix two different runs."""
+        return {"run_name": self.run_name, "episodes": episodes, "seed": seed, "group_size": self.group_size,
+                "env_id": self.env_id, "config": self.config.model_dump(mode="json"),
+                "agent": self.agent.describe(), "max_ticks": self.max_ticks}
+
+    # -- running ----------------------------------------------------------------------------
+
+    def collect(self, episodes: int, seed: int = 0, *, resume: bool = False) -> CollectionSummary:
+        """Run the collection to completion (blocking); see `collect_async`."""
+        return asyncio.run(self.collect_async(episodes, seed, resume=resume))
+
+    async def collect_async(self, episodes: int, seed: int = 0, *, resume: bool = False) -> CollectionSummary:
+        """Collect `episodes` trajectories; returns the summary. Never raises for a failed episode."""
+        specs = self.plan(episodes, seed)
+        summary = CollectionSummary(planned=len(specs))
+        done_ids: set[str] = set()
+        manifest = self.manifest(episodes, seed)
+        if self.sink is not None and hasattr(self.sink, "read_manifest"):
+            previous = self.sink.read_manifest()
+            if previous is not None and resume:
+                changed = [k for k in ("run_name", "seed", "group_size", "env_id", "config", "max_ticks")
+                           if previous.get(k) != manifest[k]]
+                if changed:
+                    raise ConfigError(f"--resume would mix two runs: {', '.join(changed)} differ from the run "
+                                      "recorded in run.json; use a new --out directory or the same settings")
+            elif previous is not None and not resume:
+                raise ConfigError("the output directory already holds a run; pass resume=True (--resume) to "
+                                  "continue it, or choose an empty directory")
+            self.sink.write_manifest(manifest)
+        if resume and self.sink is not None and hasattr(self.sink, "completed_ids"):
+            if hasattr(self.sink, "repair"):
+                self.sink.repair()
+            done_ids = set(self.sink.completed_ids())
+        todo = [s for s in specs if s.trajectory_id not in done_ids]
+        summary.skipped_existing = len(specs) - len(todo)
+
+        episode_slots = asyncio.Semaphore(self.num_envs)
+        self._call_slots = asyncio.Semaphore(self.max_concurrent_calls)
+        returns: list[float] = []
+        pnls: list[float] = []
+        qualities: list[dict] = []
+        display = _Progress(self.progress, len(todo))
+        start = time.perf_counter()
+
+        async def run_one(spec: EpisodeSpec) -> None:
+            async with episode_slots:
+                traj = await self._episode(spec, display)
+            self._emit(traj)
+            summary.steps += len(traj.steps)
+            summary.llm_calls += sum(len(s.llm_calls) for s in traj.steps) + len(traj.failed_calls)
+            summary.failed_calls += len(traj.failed_calls)
+            if traj.final_status == "failed":
+                summary.failed += 1
+                summary.errors.extend(f"{traj.trajectory_id}: {e}" for e in traj.errors)
+            else:
+                summary.completed += 1
+                summary.bankrupt += traj.final_status == "bankrupt"
+            returns.append(traj.total_reward)
+            pnls.append(traj.final_pnl)
+            qualities.append(traj.quality)
+            display.episode_done(traj)
+
+        with display:
+            await asyncio.gather(*(run_one(s) for s in todo))
+        summary.wall_s = time.perf_counter() - start
+        summary.mean_return = sum(returns) / len(returns) if returns else 0.0
+        summary.mean_final_pnl = sum(pnls) / len(pnls) if pnls else 0.0
+        summary.quality = summarize_quality(qualities)
+        return summary
+
+    def _emit(self, traj: Trajectory) -> None:
+        if self.sink is None:
+            self.trajectories.append(traj)
+        else:
+            self.sink.append(traj)
+        if self.on_trajectory is not None:
+            self.on_trajectory(traj)
+
+    async def _episode(self, spec: EpisodeSpec, display: _Progress) -> Trajectory:
+        env = gym.make(self.env_id, config=self.config)
+        base = env.unwrapped
+        steps: list[TrajectoryStep] = []
+        failed_calls = []
+        errors: list[str] = []
+        status = "completed"
+        wall0 = time.perf_counter()
+        try:
+            prompt, info = env.reset(seed=spec.env_seed)
+            system = info["system_prompt"]
+            limit = self.max_ticks or self.config.num_ticks
+            for t in range(limit):
+                state = base.state
+                equity, cash = info["equity"], info["cash"]
+                numeric = base._core.observe()[0].tolist()
+                before = EnvironmentState(
+                    agent_balance=equity, agent_pnl=equity - self.config.starting_cash,
+                    open_positions=int((state.hold_yes[0] > 0).sum() + (state.hold_no[0] > 0).sum()
+                                       + (state.pos_side[0] != 0).sum()),
+                    active_markets=self.config.num_markets, cash=cash, tick=int(state.tick[0]),
+                )
+                try:
+                    async with self._call_slots:
+                        reply, record = await self.agent.act(system, prompt,
+                                                             seed=call_seed(spec.env_seed, spec.member, t),
+                                                             call_id=f"{spec.trajectory_id}-t{t}")
+                except LLMError as exc:
+                    failed_calls.append(exc.record)  # type: ignore[attr-defined]
+                    errors.append(f"tick {t}: policy call failed after {exc.attempts} attempt(s): "
+                                  f"{exc.type}: {exc}")
+                    status = "failed"
+                    break
+                next_prompt, reward, terminated, truncated, info = env.step(reply)
+                parsed = info["parsed_action"]
+                record.action_type = parsed["type"] if parsed else None
+                steps.append(TrajectoryStep(
+                    step_number=t, timestamp=sim_timestamp_ms(int(state.tick[0])), environment_state=before,
+                    llm_calls=[record],
+                    action=Action(
+                        action_type=parsed["type"] if parsed else "invalid",
+                        parameters={k: v for k, v in (parsed or {}).items() if k != "type"},
+                        success=info["feedback"]["success"], error=info["feedback"]["error"],
+                        reasoning=info["reasoning"] or None, result={"pnl_delta": info["pnl_delta"]},
+                    ),
+                    reward=reward, observation=Observation(text=prompt, numeric=numeric),
+                    feedback=Feedback(success=info["feedback"]["success"], error=info["feedback"]["error"],
+                                      pnl_delta=info["pnl_delta"]),
+                    reward_components=info["reward_components"], format_errors=info["format_errors"],
+                    judge=info["judge"],
+                ))
+                display.tick(reward)
+                prompt = next_prompt
+                if terminated:
+                    status = "bankrupt"
+                    break
+                if truncated:
+                    break
+        except Exception as exc:  # a bad episode is data: record it, keep the run going
+            status = "failed"
+            errors.append(f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=3).strip().splitlines()[-1]}")
+        finally:
+            env.close()
+        return self._trajectory(spec, base, steps, failed_calls, errors, status, time.perf_counter() - wall0)
+
+    def _trajectory(self, spec, base, steps, failed_calls, errors, status, wall_s) -> Trajectory:
+        actions = [s.action for s in steps if s.action is not None]
+        trades = [a for a in actions if a.action_type in _TRADES]
+        last = steps[-1] if steps else None
+        final_equity = (last.environment_state.agent_balance + last.feedback.pnl_delta) if last else \
+            self.config.starting_cash
+        traj = Trajectory(
+            trajectory_id=spec.trajectory_id, agent_id=self.agent.name, id=spec.trajectory_id,
+            window_id=self.run_name, scenario_id=f"seed-{spec.env_seed}", episode_id=spec.trajectory_id,
+            group_id=spec.group_id, group_index=spec.member,
+            start_time=None, end_time=None, duration_ms=int(1000 * wall_s), steps=steps,
+            total_reward=sum(s.reward for s in steps), final_pnl=final_equity - self.config.starting_cash,
+            final_balance=final_equity, trades_executed=sum(a.success for a in trades),
+            successful_trades=sum(a.success for a in trades), failed_trades=sum(not a.success for a in trades),
+            posts_created=sum(a.success and a.action_type == "create_post" for a in actions),
+            episode_length=len(steps), final_status=status, archetype=self.config.archetype,
+            env_id=self.env_id, seed=spec.env_seed, config=self.config.model_dump(mode="json"),
+            package_version=_pkg_version, reward_weights=dict(getattr(base, "_core", None).weights)
+            if getattr(base, "_core", None) else {}, agent=self.agent.describe(), errors=errors,
+            failed_calls=failed_calls,
+        )
+        traj.quality = validate_trajectory(traj).to_dict()
+        return traj
+
+
+class _Progress:
+    """A live display of ticks/s, episodes, errors and mean reward (rich), or nothing."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled, self.total = enabled, total
+        self.ticks = self.episodes = self.failed = 0
+        self.reward_sum = 0.0
+        self._progress = self._task = None
+        self._start = time.perf_counter()
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            try:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            except ImportError:
+                self.enabled = False
+                return self
+            self._progress = Progress(TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(),
+                                      TimeElapsedColumn(), TextColumn("{task.fields[stats]}"), transient=False)
+            self._progress.__enter__()
+            self._task = self._progress.add_task("collect", total=self.total, stats="")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._refresh()
+            self._progress.__exit__(*exc)
+
+    def tick(self, reward: float) -> None:
+        self.ticks += 1
+        self.reward_sum += reward
+        if self._progress is not None and self.ticks % 16 == 0:
+            self._refresh()
+
+    def episode_done(self, traj: Trajectory) -> None:
+        self.episodes += 1
+        self.failed += traj.final_status == "failed"
+        if self._progress is not None:
+            self._progress.update(self._task, completed=self.episodes)
+            self._refresh()
+
+    def _refresh(self) -> None:
+        rate = self.ticks / max(time.perf_counter() - self._start, 1e-9)
+        mean = self.reward_sum / self.ticks if self.ticks else 0.0
+        self._progress.update(self._task, stats=f"{rate:6.1f} ticks/s  failed {self.failed}  "
+                                                f"mean reward {mean:+.3f}")

@@ -1,0 +1,75 @@
+"""Rollout quality validation after the original's rules (BABYLON.md §6.4), reported, never used to drop.
+
+Checks per trajectory: at least `min_ticks` ticks; at least one LLM call per tick (and calls >=
+ticks); every call has a system prompt, a user prompt and a response; and a mean tick quality of at
+least `min_quality`. Tick quality uses the original's formula (`calculate_tick_quality_score`'s
+weights: llm .4, reasoning .3, action .2, feedback .1) with the format term taken from the rule
+judge, because the original's `<decisions>` XML check would fail every canonical reply.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..trajectory import Trajectory
+
+__all__ = ["QualityReport", "summarize_quality", "validate_trajectory"]
+
+
+@dataclass
+class QualityReport:
+    """The checks of one trajectory."""
+
+    valid: bool
+    quality_score: float
+    issues: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-able form stored in `Trajectory.quality`."""
+        return {"valid": self.valid, "quality_score": self.quality_score, "issues": list(self.issues)}
+
+
+def _tick_quality(step) -> float:
+    comps = step.reward_components
+    fmt = (comps.get("format", -1.0) + 1.0) / 2.0
+    rsn = comps.get("reasoning", 0.0)
+    action = 0.0 if step.action is None else (1.0 if step.action.success else 0.25 if step.action.error else 0.5)
+    feedback = 1.0 if step.feedback is not None else 0.0
+    return min(1.0, max(0.0, 0.4 * fmt + 0.3 * rsn + 0.2 * action + 0.1 * feedback))
+
+
+def validate_trajectory(traj: Trajectory, min_ticks: int = 5, min_quality: float = 0.5) -> QualityReport:
+    """The original's rollout checks for one trajectory."""
+    issues: list[str] = []
+    ticks = len(traj.steps)
+    calls = sum(len(s.llm_calls) for s in traj.steps)
+    if traj.final_status == "failed":
+        issues.append(f"failed: {'; '.join(traj.errors) or 'no reason recorded'}")
+    if ticks < min_ticks:
+        issues.append(f"too short: {ticks} ticks < {min_ticks}")
+    if calls < ticks:
+        issues.append(f"too few LLM calls: {calls} < {ticks} ticks")
+    for step in traj.steps:
+        if not step.llm_calls:
+            issues.append(f"no LLM call: step {step.step_number}")
+        for call in step.llm_calls:
+            for name in ("system_prompt", "user_prompt", "response"):
+                if not getattr(call, name).strip():
+                    issues.append(f"empty {name}: step {step.step_number}")
+    score = sum(_tick_quality(s) for s in traj.steps) / ticks if ticks else 0.0
+    if score < min_quality:
+        issues.append(f"low quality: {score:.3f} < {min_quality}")
+    return QualityReport(valid=not issues, quality_score=score, issues=issues)
+
+
+def summarize_quality(reports: list[dict]) -> dict:
+    """Aggregate `Trajectory.quality` dicts: valid count, mean score, the top issue kinds."""
+    kinds = Counter(issue.split(":")[0] for r in reports for issue in r.get("issues", []))
+    n = len(reports)
+    return {
+        "trajectories": n,
+        "valid": sum(1 for r in reports if r.get("valid")),
+        "mean_quality": sum(r.get("quality_score", 0.0) for r in reports) / n if n else 0.0,
+        "top_issues": kinds.most_common(10),
+    }

@@ -1,0 +1,55 @@
+"""Storage: trajectories to and from disk (JSONL store, Parquet) and the exports trainers read.
+
+Layer L2: imports the standard library, pydantic, `rlaif_gym.errors` and `rlaif_gym.trajectory`;
+pyarrow only lazily, inside the Parquet functions.
+"""
+
+from .exports import (
+    EXPORT_KINDS,
+    SecretLeakError,
+    assert_no_secrets,
+    policy_calls,
+    prompt_messages,
+    to_db_rows,
+    to_dpo_pairs,
+    to_grpo_groups,
+    to_sft_records,
+    write_export,
+)
+from .jsonl import (
+    MANIFEST_NAME,
+    CorruptLineError,
+    JsonlStore,
+    RepairReport,
+    StorageError,
+    TornLineWarning,
+    TornTailError,
+    read_jsonl,
+    write_jsonl,
+)
+from .parquet import PARQUET_SUMMARY_COLUMNS, read_parquet, write_parquet
+
+__all__ = [
+    "EXPORT_KINDS",
+    "MANIFEST_NAME",
+    "PARQUET_SUMMARY_COLUMNS",
+    "CorruptLineError",
+    "JsonlStore",
+    "RepairReport",
+    "SecretLeakError",
+    "StorageError",
+    "TornLineWarning",
+    "TornTailError",
+    "assert_no_secrets",
+    "policy_calls",
+    "prompt_messages",
+    "read_jsonl",
+    "read_parquet",
+    "to_db_rows",
+    "to_dpo_pairs",
+    "to_grpo_groups",
+    "to_sft_records",
+    "write_export",
+    "write_jsonl",
+    "write_parquet",
+]
