@@ -73,6 +73,20 @@ class BaselineAgent:
         return np.where(fits.any(axis=1), fits.shape[1] - 1 - np.argmax(fits[:, ::-1], axis=1), -1)
 
 
+class _Chooser:
+    """Fills a batch of actions by priority: the first rule that applies to a world wins."""
+
+    def __init__(self, actions: np.ndarray) -> None:
+        self.actions = actions
+        self.todo = np.ones(len(actions), dtype=bool)
+
+    def __call__(self, mask, kind, target, bucket, side) -> None:
+        pick = self.todo & mask
+        row = np.stack(np.broadcast_arrays(np.full(len(self.actions), kind), target, bucket, side), axis=1)
+        self.actions[pick] = row[pick]
+        self.todo &= ~pick
+
+
 class RandomAgent(BaselineAgent):
     """Uniformly random actions from a seeded generator."""
 
@@ -103,14 +117,8 @@ class InformedAgent(BaselineAgent):
         markets, perps, groups, account = self._split(obs)
         b = len(obs)
         act = np.zeros((b, 4), dtype=np.int64)
-        todo = np.ones(b, dtype=bool)
 
-        def choose(mask, kind, target, bucket, side):
-            nonlocal todo
-            pick = todo & mask
-            row = np.stack(np.broadcast_arrays(np.full(b, kind), target, bucket, side), axis=1)
-            act[pick] = row[pick]
-            todo &= ~pick
+        choose = _Chooser(act)
 
         # 1. Join group chats.
         not_joined = groups < 0.5
@@ -177,15 +185,9 @@ class OracleAgent(BaselineAgent):
         b = len(obs)
         rows = np.arange(b)
         act = np.zeros((b, 4), dtype=np.int64)
-        todo = np.ones(b, dtype=bool)
         cash_frac = account[:, _AF["cash"]] / np.maximum(account[:, _AF["equity"]], 1e-9)
 
-        def choose(mask, kind, target, bucket, side):
-            nonlocal todo
-            pick = todo & mask
-            row = np.stack(np.broadcast_arrays(np.full(b, kind), target, bucket, side), axis=1)
-            act[pick] = row[pick]
-            todo &= ~pick
+        choose = _Chooser(act)
 
         # Close any perp once its narrative has fired (or if it is on the wrong side of one).
         narr_t = state.narr_ticker

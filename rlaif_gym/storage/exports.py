@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..errors import RLAIFError
 from ..trajectory import LLMCall, Trajectory, TrajectoryStep
+from ._files import atomic_write_bytes
 
 __all__ = [
     "EXPORT_KINDS",
@@ -338,18 +337,7 @@ def write_export(kind: str, trajectories: Iterable[Trajectory], path: str | os.P
         except ValueError as exc:
             raise ValueError(f"{kind} record {number} holds NaN or infinity, which trainers' JSON readers "
                              f"reject; fix the trajectory ({exc})") from exc
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.writelines(lines)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, "".join(lines).encode("utf-8"))
     return len(lines)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
@@ -27,6 +26,7 @@ from typing import Any
 
 from ..errors import RLAIFError
 from ..trajectory import SCHEMA_VERSION, SchemaVersionError, Trajectory
+from ._files import atomic_write_bytes, fsync_dir
 
 __all__ = [
     "MANIFEST_NAME",
@@ -171,36 +171,6 @@ def _parse_lines(path: Path, validate: bool) -> Iterator[Trajectory | dict[str, 
             yield value
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make a file's creation or rename durable (its directory entry lives in the directory)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # some platforms cannot open directories; the data itself is already fsynced
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write a whole file so that readers see the old content or the new one, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
 def _find_last_newline(fd: int, end: int) -> int:
     """Offset of the last b"\\n" strictly before `end`, or -1; reads backwards in chunks."""
     position = end
@@ -277,7 +247,7 @@ class JsonlStore:
             finally:
                 os.close(fd)
             if created:
-                _fsync_dir(self.directory)
+                fsync_dir(self.directory)
 
     def _ends_with_newline(self, size: int) -> bool:
         with self.path.open("rb") as handle:
@@ -393,7 +363,7 @@ class JsonlStore:
         if not isinstance(manifest, dict):
             raise TypeError(f"the manifest is a dict, got {type(manifest).__name__}")
         text = json.dumps(manifest, ensure_ascii=False, indent=2, sort_keys=True, allow_nan=False) + "\n"
-        _atomic_write_bytes(self.manifest_path, text.encode("utf-8"))
+        atomic_write_bytes(self.manifest_path, text.encode("utf-8"))
 
     def read_manifest(self) -> dict[str, Any] | None:
         """The stored manifest, or None when the run has none yet."""
@@ -425,7 +395,7 @@ def write_jsonl(path: str | os.PathLike[str], trajectories: Iterable[Trajectory]
         if not isinstance(trajectory, Trajectory):
             raise TypeError(f"write_jsonl takes Trajectory objects, got {type(trajectory).__name__}")
         lines.append(trajectory.to_json() + "\n")
-    _atomic_write_bytes(Path(path), "".join(lines).encode("utf-8"))
+    atomic_write_bytes(Path(path), "".join(lines).encode("utf-8"))
     return len(lines)
 
 

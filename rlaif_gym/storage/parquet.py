@@ -15,13 +15,13 @@ pyarrow is optional: it is imported inside the functions, and a missing install 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..errors import DependencyNotInstalled
 from ..trajectory import SCHEMA_VERSION, SchemaVersionError, Trajectory
+from ._files import atomic_replace
 
 __all__ = ["PARQUET_SUMMARY_COLUMNS", "read_parquet", "write_parquet"]
 
@@ -85,16 +85,7 @@ def write_parquet(path: str | os.PathLike[str], trajectories: Iterable[Trajector
     columns[RECORD_COLUMN] = pa.array([t.to_json() for t in rows], type=pa.large_string())
     table = pa.table(columns).replace_schema_metadata({"rlaif_gym.schema_version": str(SCHEMA_VERSION),
                                                        "rlaif_gym.layout": "summary columns + record JSON"})
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    target = atomic_replace(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
     return target
 
 
