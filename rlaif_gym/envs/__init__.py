@@ -5,6 +5,7 @@ from .evaluate import EpisodeStats, evaluate_policy, seed_keys
 from .registration import register_envs
 from .rlaif_env import RLAIFEnv
 from .text_env import RLAIFTextEnv
+from .vector_env import RLAIFVectorEnv
 
 __all__ = [
     "EpisodeStats",

@@ -13,6 +13,7 @@ def register_envs() -> None:
         gym.register(
             id="RLAIF-v0",
             entry_point="rlaif_gym.envs.rlaif_env:RLAIFEnv",
+            vector_entry_point="rlaif_gym.envs.vector_env:RLAIFVectorEnv",
             max_episode_steps=168,  # the default num_ticks; the env also truncates itself at its num_ticks
             nondeterministic=False,
         )

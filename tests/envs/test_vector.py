@@ -1,0 +1,72 @@
+"""Native vector env: sync, async and native modes agree exactly, autoreset included."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rlaif_gym import InvalidActionError
+from rlaif_gym.envs import RLAIFVectorEnv
+
+MODES = ("sync", "async", "vector_entry_point")
+
+
+@pytest.mark.parametrize("kwargs", [{"num_ticks": 25}, {"max_episode_steps": 17}], ids=["num_ticks", "time_limit"])
+def test_sync_async_and_native_agree_exactly_through_autoresets(kwargs):
+    n = 5
+    envs = {m: gym.make_vec("RLAIF-v0", num_envs=n, vectorization_mode=m, **kwargs) for m in MODES}
+    try:
+        first = {m: e.reset(seed=11)[0] for m, e in envs.items()}
+        for m in MODES:
+            assert np.array_equal(first["sync"], first[m]), m
+        rng = np.random.default_rng(0)
+        resets = 0
+        for t in range(80):
+            a = rng.integers(0, [6, 4, 5, 2], size=(n, 4))
+            out = {m: e.step(a) for m, e in envs.items()}
+            ref = out["sync"]
+            for m in MODES[1:]:
+                for k, name in enumerate(("obs", "reward", "terminated", "truncated")):
+                    assert np.array_equal(ref[k], out[m][k]), f"{name} differs in {m} at step {t}"
+            resets += int((ref[2] | ref[3]).sum())
+        assert resets >= n, "the run must cross several autoresets"
+    finally:
+        for e in envs.values():
+            e.close()
+
+
+def test_native_env_declares_next_step_autoreset_and_batched_spaces():
+    env = gym.make_vec("RLAIF-v0", num_envs=3, vectorization_mode="vector_entry_point")
+    assert isinstance(env.unwrapped, RLAIFVectorEnv)
+    assert env.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (3, 65) and env.observation_space.contains(obs)
+    assert env.single_action_space.nvec.tolist() == [6, 4, 5, 2]
+    obs, reward, term, trunc, info = env.step(env.action_space.sample())
+    assert set(info["reward_components"]) >= {"pnl", "risk", "_pnl", "_risk"}
+    assert info["pnl_delta"].shape == (3,) and info["_pnl_delta"].all()
+
+
+def test_the_step_after_an_episode_ends_is_a_reset_step():
+    env = RLAIFVectorEnv(num_envs=2, num_ticks=3)
+    env.reset(seed=0)
+    wait = np.zeros((2, 4), dtype=np.int64)
+    for _ in range(2):
+        _, _, _, trunc, _ = env.step(wait)
+        assert not trunc.any()
+    _, _, _, trunc, _ = env.step(wait)
+    assert trunc.all()
+    obs, reward, term, trunc, info = env.step(wait)
+    assert (reward == 0).all() and not term.any() and not trunc.any()
+    assert not info["_pnl_delta"].any()
+    assert (env.core.state.tick == 0).all()
+
+
+def test_native_env_rejects_bad_action_batches():
+    env = RLAIFVectorEnv(num_envs=2)
+    env.reset(seed=0)
+    with pytest.raises(InvalidActionError, match=r"shape \(2, 4\)"):
+        env.step(np.zeros((3, 4), dtype=np.int64))
+    with pytest.raises(InvalidActionError):
+        env.step(np.full((2, 4), 9))
