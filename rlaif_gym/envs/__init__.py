@@ -12,6 +12,7 @@ __all__ = [
     "RLAIFCore",
     "RLAIFEnv",
     "RLAIFTextEnv",
+    "RLAIFVectorEnv",
     "evaluate_policy",
     "register_envs",
     "seed_keys",

@@ -11,7 +11,7 @@ flags, and ignores that world's action), and the same single-env truncation at `
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
@@ -43,7 +43,7 @@ class RLAIFVectorEnv(VectorEnv):
     that were reset this step), as Gymnasium batches info.
     """
 
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
     def __init__(self, num_envs: int = 1, config: RLAIFEnvConfig | Mapping[str, Any] | None = None, *,
                  max_episode_steps: int | None = None, render_mode: str | None = None, **overrides: Any) -> None:
@@ -118,7 +118,8 @@ class RLAIFVectorEnv(VectorEnv):
                                   for k, v in ((name, arr), (f"_{name}", stepped))},
             "_reward_components": stepped,
             "pnl_delta": out.pnl_delta, "_pnl_delta": stepped,
-            "equity": np.where(stepped, out.equity_after, sim.equity(self.core.state)), "_equity": np.ones_like(stepped),
+            "equity": np.where(stepped, out.equity_after, sim.equity(self.core.state)),
+            "_equity": np.ones_like(stepped),
             "cash": self.core.state.cash.copy(), "_cash": np.ones_like(stepped),
             "tick": self.core.state.tick.copy(), "_tick": np.ones_like(stepped),
             "feedback_success": out.success, "_feedback_success": stepped,

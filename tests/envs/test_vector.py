@@ -43,7 +43,7 @@ def test_native_env_declares_next_step_autoreset_and_batched_spaces():
     obs, info = env.reset(seed=0)
     assert obs.shape == (3, 65) and env.observation_space.contains(obs)
     assert env.single_action_space.nvec.tolist() == [6, 4, 5, 2]
-    obs, reward, term, trunc, info = env.step(env.action_space.sample())
+    info = env.step(env.action_space.sample())[4]
     assert set(info["reward_components"]) >= {"pnl", "risk", "_pnl", "_risk"}
     assert info["pnl_delta"].shape == (3,) and info["_pnl_delta"].all()
 
@@ -57,7 +57,7 @@ def test_the_step_after_an_episode_ends_is_a_reset_step():
         assert not trunc.any()
     _, _, _, trunc, _ = env.step(wait)
     assert trunc.all()
-    obs, reward, term, trunc, info = env.step(wait)
+    _, reward, term, trunc, info = env.step(wait)
     assert (reward == 0).all() and not term.any() and not trunc.any()
     assert not info["_pnl_delta"].any()
     assert (env.core.state.tick == 0).all()
