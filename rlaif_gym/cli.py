@@ -59,6 +59,18 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def _read_run(directory: Path) -> list:
+    """Every trajectory of a run directory; a missing or empty directory is a clear error."""
+    from .storage import JsonlStore
+
+    if not directory.is_dir() or not any(directory.glob("*.jsonl")):
+        raise ConfigError(f"{directory} holds no run (no *.jsonl files); pass the --out directory of a rollout")
+    trajs = list(JsonlStore(directory).read())
+    if not trajs:
+        raise ConfigError(f"no trajectories in {directory}")
+    return trajs
+
+
 def _summary_table(summary, out: Path | None):
     from rich.table import Table
 
@@ -150,11 +162,8 @@ def _build_app():
         from rich.table import Table
 
         from .rollout import summarize_quality
-        from .storage import JsonlStore
 
-        trajs = list(JsonlStore(directory).read())
-        if not trajs:
-            raise ConfigError(f"no trajectories in {directory}")
+        trajs = _read_run(directory)
         table = Table(title=f"{directory}: {len(trajs)} trajectories")
         table.add_column("metric")
         table.add_column("value", justify="right")
@@ -188,9 +197,9 @@ def _build_app():
         output: Path = typer.Option(..., help="file to write"),
     ):
         """Export trajectories to the formats trainers read."""
-        from .storage import JsonlStore, write_export, write_parquet
+        from .storage import write_export, write_parquet
 
-        trajs = list(JsonlStore(directory).read())
+        trajs = _read_run(directory)
         if format is ExportFormat.parquet:
             write_parquet(output, trajs)
         else:
@@ -239,23 +248,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        app(args=argv, standalone_mode=False)
+        # Standalone mode: typer prints usage errors itself and exits with their code.
+        app(args=argv, standalone_mode=True)
     except RLAIFError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except SystemExit as exc:
-        return int(exc.code or 0)
-    except Exception as exc:  # typer/click usage errors and exits
-        import click
-
-        if isinstance(exc, click.exceptions.Exit):
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
-            return 130
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
-        raise
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return 0
 
 

@@ -64,6 +64,7 @@ class OpenAIChatClient:
         self.extra_body = dict(extra_body or {})
         self._rng = np.random.default_rng(jitter_seed)
         self._client = None
+        self._client_loop = None
         self._logprobs_supported = True
 
     def __repr__(self) -> str:  # never show the key
@@ -75,7 +76,10 @@ class OpenAIChatClient:
                 "timeout_s": self.timeout, "max_retries": self.max_retries}
 
     def _get_client(self):
-        if self._client is None:
+        # An AsyncOpenAI client belongs to the event loop it first ran on; each `asyncio.run` (e.g. a
+        # second collect, or a resume in the same process) gets its own.
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
             try:
                 import openai
             except ImportError as exc:
@@ -84,6 +88,7 @@ class OpenAIChatClient:
                 ) from exc
             self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key, timeout=self.timeout,
                                               max_retries=0)
+            self._client_loop = loop
         return self._client
 
     async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
@@ -110,28 +115,45 @@ class OpenAIChatClient:
                     self._logprobs_supported = False
                     attempt -= 1
                     continue
-                raise LLMError(_message(exc), type_="BadRequestError", status_code=exc.status_code,
+                raise LLMError(self._message(exc), type_="BadRequestError", status_code=exc.status_code,
                                attempts=attempt) from None
             except (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
                     openai.InternalServerError, openai.APIResponseValidationError, ValueError) as exc:
                 status = getattr(exc, "status_code", None)
                 if attempt > self.max_retries:
-                    raise LLMError(_message(exc), type_=type(exc).__name__, status_code=status, retryable=True,
+                    raise LLMError(self._message(exc), type_=type(exc).__name__, status_code=status, retryable=True,
                                    attempts=attempt) from None
             except openai.APIStatusError as exc:
                 retryable = exc.status_code >= 500 or exc.status_code == 429
                 if not retryable or attempt > self.max_retries:
-                    raise LLMError(_message(exc), type_=type(exc).__name__, status_code=exc.status_code,
+                    raise LLMError(self._message(exc), type_=type(exc).__name__, status_code=exc.status_code,
                                    retryable=retryable, attempts=attempt) from None
             delay = self.backoff * (2 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
             await asyncio.sleep(delay)
 
+    def _message(self, exc: Exception) -> str:
+        """The error text, cut to 500 characters, with this client's key masked (servers echo it)."""
+        text = str(exc) or type(exc).__name__
+        if self._api_key and len(self._api_key) >= 4:
+            text = text.replace(self._api_key, "***")
+        return text[:500]
+
     def _completion(self, response: Any, attempts: int) -> Completion:
-        if not getattr(response, "choices", None):
+        """Normalise a response; any malformed part raises ValueError, which the caller retries."""
+        try:
+            return self._parse(response, attempts)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:
+            raise ValueError(f"malformed response: {type(exc).__name__}: {exc}") from None
+
+    def _parse(self, response: Any, attempts: int) -> Completion:
+        choices = getattr(response, "choices", None)
+        if not choices or not isinstance(choices, list):
             raise ValueError(f"malformed response: no choices in {str(response)[:200]!r}")
-        choice = response.choices[0]
+        choice = choices[0]
         message = choice.message
-        text = message.content if message is not None and message.content is not None else ""
+        text = message.content if message is not None else None
+        if not isinstance(text, str):
+            raise ValueError(f"malformed response: message content is {type(text).__name__}, expected text")
         logprobs = None
         content = getattr(getattr(choice, "logprobs", None), "content", None)
         if content:
@@ -152,7 +174,3 @@ class OpenAIChatClient:
             completion_token_ids=token_ids, completion_logprobs=logprobs, reasoning=reasoning, attempts=attempts,
         )
 
-
-def _message(exc: Exception) -> str:
-    text = str(exc)
-    return text[:500] if text else type(exc).__name__

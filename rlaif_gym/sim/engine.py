@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import InvalidActionError
 from . import rng
 from .actions import Action, ActionBatch, ActionType, ErrorCode
 from .params import GROUP_NAMES, NEWS_SOURCES, NPC_ROSTER, PERP_BASE_PRICES, PERP_TICKERS, NpcBehaviour, WorldParams
@@ -100,8 +101,12 @@ def unrealized_pnl(state: WorldState) -> np.ndarray:
 
 
 def equity(state: WorldState) -> np.ndarray:
-    """cash + shares at market + perp margin + unrealized perp PnL, USD, shape (B,)."""
-    perp = np.where(state.pos_side != 0, state.pos_margin + unrealized_pnl(state), 0.0).sum(axis=1)
+    """cash + shares at market + perp margin + unrealized perp PnL, USD, shape (B,).
+
+    A position is worth at least 0: the agent never owes more than its margin (closing pays
+    max(margin + PnL - fee, 0), and a position worth nothing is liquidated at the next tick).
+    """
+    perp = np.where(state.pos_side != 0, np.maximum(state.pos_margin + unrealized_pnl(state), 0.0), 0.0).sum(axis=1)
     return state.cash + share_value(state) + perp
 
 
@@ -411,6 +416,9 @@ class _Result:
 
 
 def _apply_actions(state: WorldState, params: WorldParams, a: ActionBatch) -> _Result:
+    if len(a.kind) and (a.kind.min() < 0 or a.kind.max() > max(ActionType)):
+        raise InvalidActionError(f"ActionBatch.kind must hold ActionType codes 0..{int(max(ActionType))}, "
+                                 f"got {sorted(set(a.kind.tolist()))}; build batches with ActionBatch.from_actions")
     r = _Result(a)
     live = r.err == ErrorCode.OK
     for kind in np.unique(a.kind[live]):
@@ -506,7 +514,9 @@ def _funding_and_liquidation(state: WorldState, params: WorldParams, now: np.nda
     hit = ((state.pos_side == 1) & (state.perp_price <= liq_long)) | (
         (state.pos_side == -1) & (state.perp_price >= liq_short)
     )
-    hit |= (state.pos_side != 0) & (state.pos_margin <= 0)
+    # Funding can eat the margin before the price reaches the liquidation price: a position whose
+    # margin plus unrealized PnL is gone is liquidated too.
+    hit |= (state.pos_side != 0) & (state.pos_margin + unrealized_pnl(state) <= 0)
     w, t = np.nonzero(hit)
     _settle_positions(state, params, w, t, liquidation=True)
     return hit.sum(axis=1)
