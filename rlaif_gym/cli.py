@@ -5,6 +5,7 @@
     rlaif-gym report runs/demo
     rlaif-gym export runs/demo --format grpo --output grpo.jsonl
     rlaif-gym check
+    rlaif-gym bench
 """
 
 from __future__ import annotations
@@ -205,6 +206,23 @@ def _build_app():
         else:
             write_export(format.value, trajs, output)
         console.print(f"wrote {format.value} export of {len(trajs)} trajectories to {output}")
+
+    @app.command()
+    def bench(
+        vector: bool = typer.Option(True, help="env steps/s: single, sync, async and native vs CartPole"),
+        text: bool = typer.Option(True, help="text-face cost per tick"),
+        seconds: float = typer.Option(1.0, help="length of one timed window"),
+        repeats: int = typer.Option(3, help="windows per cell (median reported)"),
+        sizes: str = typer.Option("1,64,1024,16384", help="numbers of envs, comma-separated"),
+    ):
+        """Benchmarks measured side by side in one run (the collector's: python benchmarks/bench_collector.py)."""
+        from .benchmark import bench_text_overhead, bench_vector, format_text, format_vector
+
+        if vector:
+            n = tuple(int(x) for x in sizes.split(",") if x.strip())
+            typer.echo(format_vector(bench_vector(n, seconds, repeats)))
+        if text:
+            typer.echo(format_text(bench_text_overhead()))
 
     @app.command()
     def check():

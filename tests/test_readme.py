@@ -21,5 +21,5 @@ def test_readme_commands_exist():
     for target in ("demo:", "test:", "baselines:"):
         assert target in makefile
     assert "make test" in (ROOT / ".ci" / "run").read_text()
-    for path in ("examples/baselines.py", "examples/demo.py", "benchmarks/bench_step.py", "constraints.txt"):
+    for path in ("examples/baselines.py", "examples/demo.py", "benchmarks/bench_vector.py", "constraints.txt"):
         assert (ROOT / path).exists() and path in README

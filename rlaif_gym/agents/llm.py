@@ -34,6 +34,12 @@ class LLMAgent:
         """The agent as recorded in each trajectory: client description and sampling (no secrets)."""
         return {"name": self.name, **self.client.describe(), "sampling": asdict(self.sampling)}
 
+    async def aclose(self) -> None:
+        """Release the client's connections (clients without any are left alone)."""
+        close = getattr(self.client.inner, "aclose", None)
+        if close is not None:
+            await close()
+
     async def act(self, system_prompt: str, prompt: str, *, seed: int | None = None,
                   call_id: str = "") -> tuple[str, LLMCall]:
         """The reply to one tick and its call record. Raises `LLMError` (with `.record`) on failure."""

@@ -7,6 +7,7 @@ decimal (0.62 -> 62.0¢; the original printed 0.62 as "1¢").
 
 from __future__ import annotations
 
+import re
 import string
 from importlib import resources
 
@@ -100,8 +101,7 @@ def render_prompt(view: TickView, last_feedback: str | None = None) -> str:
         body = "; ".join(f"[t{t.tick}] tip: {t.subject} resolves {_direction(t)}" for t in tips) or "no tips yet"
         lines.append(f"- {name} (joined): {body}")
     lines += ["", "## Last action", last_feedback or "(none: this is the first hour)"]
-    text = "\n".join(lines)
-    return "".join(ch if ch in _ALLOWED else "?" for ch in text)
+    return _OUTSIDE_CHARSET.sub("?", "\n".join(lines))
 
 
-_ALLOWED = frozenset(PROMPT_CHARSET)
+_OUTSIDE_CHARSET = re.compile("[^" + re.escape(PROMPT_CHARSET) + "]")

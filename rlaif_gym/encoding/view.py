@@ -114,7 +114,6 @@ def build_view(state: WorldState, params: WorldParams, b: int) -> TickView:
     """The public view of world `b`."""
     t = int(state.tick[b])
     price = yes_price(state.pm_yes[b], state.pm_no[b])
-    sub = state.take([b])
     markets = tuple(
         MarketView(
             market_id=f"market-{int(state.pm_serial[b, m])}", slot=m,
@@ -165,11 +164,11 @@ def build_view(state: WorldState, params: WorldParams, b: int) -> TickView:
         for j in _ring(int(state.tip_count[b]))
         if state.joined[b, int(state.tip_group[b, j])]
     ]
-    eq = float(equity(sub)[0])
+    eq = float(equity(state)[b])
     return TickView(
         tick=t, num_ticks=params.num_ticks, cash=float(state.cash[b]), equity=eq,
         realized_pnl=float(state.realized_pnl[b]), fees_paid=float(state.fees_paid[b]),
-        exposure_ratio=float(exposure(sub)[0]) / max(eq, 1e-9), markets=markets, perps=tuple(perps),
+        exposure_ratio=float(exposure(state)[b]) / max(eq, 1e-9), markets=markets, perps=tuple(perps),
         news=tuple(news), posts=tuple(posts), tips=tuple(tips),
         groups=tuple((GROUP_NAMES[g][0], bool(state.joined[b, g])) for g in range(params.num_groups)),
         npcs=tuple(f"agent-{k} {npc_name(k)}" for k in range(params.num_npcs)),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..encoding.reply import ParsedReply
 from ..encoding.view import TickView
@@ -32,6 +33,7 @@ from ..sim import NEWS_SOURCES
 __all__ = ["JudgeVerdict", "RuleJudge"]
 
 _WORD = re.compile(r"[a-z0-9]+(?:[-'][a-z0-9]+)*")
+_NON_WORD = re.compile(r"[^a-z0-9'-]+")
 _SENTENCE = re.compile(r"(?<=[.!?;\n])\s+")
 _MARKET_ID = re.compile(r"\bmarket-(\d+)\b", re.IGNORECASE)
 # Prices: "41.0¢", "41c", "41 cents", "0.41", "$0.41"; and "41%", which may also mean a share of
@@ -136,8 +138,24 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def _ngrams(words: list[str], n: int = 6) -> set[tuple[str, ...]]:
-    return {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+@lru_cache(maxsize=64)
+def _normalised(text: str) -> str:
+    """Lower-case words joined by single spaces, padded, for whole-word substring search."""
+    return " " + _NON_WORD.sub(" ", text.lower()).strip() + " "
+
+
+@lru_cache(maxsize=16)
+def _name_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
+    """One alternation that finds any of `names` as a whole phrase (longest names first)."""
+    alternatives = "|".join(re.escape(n.lower()) for n in sorted(names, key=len, reverse=True))
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
+
+
+def _copied_fraction(words: list[str], prompt: str, n: int = 6) -> float:
+    """Share of the reasoning's word n-grams that appear verbatim in the prompt."""
+    grams = {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
+    haystack = _normalised(prompt)
+    return sum(f" {g} " in haystack for g in grams) / max(len(grams), 1)
 
 
 class RuleJudge:
@@ -193,10 +211,7 @@ class RuleJudge:
         stuffing = 1.0 if density <= 0.3 else 0.3 / density
         allowance = self.padding_words + 40 * len(correct)
         padding = 1.0 if len(words) <= allowance else (allowance / len(words)) ** 0.5
-        overlap = 0.0
-        if prompt and len(words) >= 6:
-            mine = _ngrams(words)
-            overlap = len(mine & _ngrams(_words(prompt))) / max(len(mine), 1)
+        overlap = _copied_fraction(words, prompt) if prompt and len(words) >= 6 else 0.0
         copying = 1.0 if overlap <= 0.2 else max(0.0, 1.0 - overlap)
         factor = repetition * variety_factor * stuffing * padding * copying * (0.5 if contradiction else 1.0)
         reasoning = max(0.0, min(1.0, base * factor))
@@ -257,9 +272,9 @@ class RuleJudge:
         subjects = cited_ids | {p.ticker for p in view.perps if p.ticker in correct}
         groups = {g for g, _ in view.groups}
         npc_names = {n.split(" ", 1)[1] for n in view.npcs if " " in n}
-        for name in _SOURCE_NAMES | npc_names | groups:
-            if not re.search(rf"(?<!\w){re.escape(name.lower())}(?!\w)", lower):
-                continue
+        by_lower = {name.lower(): name for name in _SOURCE_NAMES | npc_names | groups}
+        pattern = _name_pattern(tuple(sorted(by_lower.values())))
+        for name in {by_lower[m.group(0)] for m in pattern.finditer(lower)}:
             if any(f.source == name and (f.subject in subjects or not subjects) for f in feed):
                 correct.add(f"source:{name}")
             elif name in groups and not any(f.source == name for f in feed):

@@ -91,6 +91,12 @@ class OpenAIChatClient:
             self._client_loop = loop
         return self._client
 
+    async def aclose(self) -> None:
+        """Close the HTTP client of the running event loop (the collector calls this when it finishes)."""
+        client, self._client, self._client_loop = self._client, None, None
+        if client is not None:
+            await client.close()
+
     async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
         """One completion, retried on transient failures; raises `LLMError` when it gives up."""
         import openai  # the client above has checked that it is installed

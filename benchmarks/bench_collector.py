@@ -1,0 +1,424 @@
+"""Throughput of `RolloutCollector` against an LLM that costs 50 ms ± 10 ms per call, next to the ideal.
+
+    python benchmarks/bench_collector.py [--seconds 5] [--ks 8 64 256] [--no-http] [--smoke]
+                                         [--budget 300] [--profile]
+
+For each K (episodes in flight = LLM calls in flight = K) one collection, `RolloutCollector(...,
+num_envs=K, max_concurrent_calls=K).collect(episodes=K, seed=0)` with no sink, runs `K` episodes
+whose length (`num_ticks`) is chosen from a short pilot run so that it takes about `--seconds`.
+The LLM answers every call after a latency uniform in [40, 60] ms (mean 50 ms), so with no other
+cost the collector would make K / 0.05 calls per second; the table shows the achieved rate
+(LLM calls in the summary / the summary's wall time) and its ratio to that ideal. Each path is
+warmed up once (imports, first connection) outside the timed runs.
+
+Two paths:
+* `in-process`: `ScriptedLLMAgent(latency_s=0.04, jitter_s=0.02)` (an `asyncio.sleep` per call);
+* `http`: a real OpenAI-compatible server on 127.0.0.1 (a `ThreadingHTTPServer` in a background
+  thread of this process) that sleeps the same latency (drawn from a generator seeded with the
+  request's seed, so each call waits exactly as long as on the in-process path) and answers with
+  `ScriptedLLM().decide(...)`, driven through `OpenAIChatAgent`.
+
+`cpu ms/tick` is the process CPU time of the run divided by the ticks it recorded (for `http` it
+includes the server threads, which share the interpreter). The event loop is one thread: once
+K * (cpu ms/tick) exceeds the mean latency (1000 * 0.05 / K ms of CPU per tick is the most the ideal
+allows), the CPU, not the model, bounds throughput; the second table shows both numbers.
+
+The whole run keeps to `--budget` seconds: a measurement that would not fit is reported as skipped.
+`--smoke` (for CI) runs K=4 with 3 ticks on both paths in a few seconds; its numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import platform
+import pstats
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+
+import rlaif_gym
+from rlaif_gym.agents.llm import LLMAgent, OpenAIChatAgent, ScriptedLLMAgent
+from rlaif_gym.llm import ScriptedLLM
+from rlaif_gym.rollout import CollectionSummary, RolloutCollector
+
+LATENCY_S = 0.04  # the fixed part of every call
+JITTER_S = 0.02  # plus uniform [0, JITTER_S]
+MEAN_LATENCY_S = LATENCY_S + JITTER_S / 2
+
+# -- the OpenAI-compatible server ---------------------------------------------------------------
+
+
+class LatencyServer:
+    """`POST /v1/chat/completions` on 127.0.0.1: sleep the simulated latency, answer like `ScriptedLLM`.
+
+    Runs a `ThreadingHTTPServer` (one thread per connection, HTTP/1.1 keep-alive) in a daemon thread;
+    use as a context manager, which stops it (and wakes any handler still sleeping) on exit.
+    """
+
+    def __init__(self, latency_s: float = LATENCY_S, jitter_s: float = JITTER_S, seed: int = 0) -> None:
+        self.latency_s, self.jitter_s = latency_s, jitter_s
+        self.requests = 0
+        self.errors: list[str] = []
+        self._model = ScriptedLLM()
+        self._rng = random.Random(seed)  # for a request without a seed
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> LatencyServer:
+        owner = self
+
+        class Handler(_Handler):
+            server_owner = owner
+
+        self._httpd = _Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="bench-openai-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    @property
+    def base_url(self) -> str:
+        assert self._httpd is not None, "server not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def latency(self, body: dict[str, Any]) -> float:
+        """The call's latency: the same draw `ScriptedLLM` makes from the call's seed."""
+        seed = body.get("seed")
+        if isinstance(seed, int):
+            u = float(np.random.default_rng(seed).random())
+        else:
+            with self._lock:
+                u = self._rng.random()
+        return self.latency_s + self.jitter_s * u
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        messages = body.get("messages") or []
+        user = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
+        think, action = self._model.decide(user)
+        text = f"<think>{think}</think>\n{json.dumps(action)}"
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        completion_tokens = len(text.split())
+        return {
+            "id": f"chatcmpl-bench-{body.get('seed')}", "object": "chat.completion", "created": 1_767_225_600,
+            "model": body.get("model") or "bench",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
+                         "logprobs": None}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # K connections open at once; the default backlog of 5 would drop SYNs
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return  # a client that hung up
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_owner: LatencyServer
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            self.close_connection = True
+
+    def do_POST(self) -> None:
+        owner = self.server_owner
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            return
+        try:
+            body = json.loads(raw)
+            delay = owner.latency(body)
+            if owner._stopping.wait(delay):
+                self.close_connection = True
+                return
+            payload = owner.answer(body)
+        except Exception as exc:  # a benchmark bug: answer 500 (the client retries) and report it
+            owner.errors.append(f"{type(exc).__name__}: {exc}")
+            self._send(500, {"error": {"message": str(exc), "type": "server_error"}})
+            return
+        with owner._lock:
+            owner.requests += 1
+        self._send(200, payload)
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    path: str
+    k: int
+    ticks: int = 0  # num_ticks per episode
+    steps: int = 0
+    calls: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    loop_cpu_s: float = 0.0  # CPU of the thread running the event loop
+    requests: int | None = None  # HTTP requests the server answered
+    skipped: str = ""
+
+    @property
+    def calls_per_s(self) -> float:
+        return self.calls / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def ideal(self) -> float:
+        return self.k / MEAN_LATENCY_S
+
+    @property
+    def cpu_ms_per_tick(self) -> float:
+        return 1000.0 * self.cpu_s / self.steps if self.steps else 0.0
+
+    @property
+    def loop_cpu_ms_per_tick(self) -> float:
+        return 1000.0 * self.loop_cpu_s / self.steps if self.steps else 0.0
+
+
+async def _collect(collector: RolloutCollector, agent: LLMAgent, episodes: int) -> CollectionSummary:
+    try:
+        return await collector.collect_async(episodes, seed=0)
+    finally:
+        # `OpenAIChatClient` keeps an AsyncOpenAI client bound to this event loop and offers no close();
+        # close it here, or the garbage collector tears its connections down later inside another loop
+        # ("Task exception was never retrieved ... Event loop is closed").
+        inner = getattr(agent.client, "inner", None)
+        client = getattr(inner, "_client", None)
+        if client is not None and hasattr(client, "close"):
+            await client.close()
+            inner._client = None
+
+
+def run_collection(agent: LLMAgent, k: int, ticks: int, *, episodes: int | None = None,
+                   profile: cProfile.Profile | None = None) -> Result:
+    """One in-memory collection of `episodes` (default K) episodes with K in flight.
+
+    This is `RolloutCollector(...).collect(episodes, seed=0)` (which is `asyncio.run(collect_async(...))`),
+    with the agent's HTTP client closed inside the same event loop.
+    """
+    episodes = episodes or k
+    collector = RolloutCollector(agent, env_config={"num_ticks": ticks}, num_envs=k, max_concurrent_calls=k,
+                                 progress=False, run_name=f"bench-k{k}")
+    cpu0, loop0 = time.process_time(), time.thread_time()
+    if profile is not None:
+        profile.enable()
+    try:
+        summary = asyncio.run(_collect(collector, agent, episodes))
+    finally:
+        if profile is not None:
+            profile.disable()
+    cpu, loop = time.process_time() - cpu0, time.thread_time() - loop0
+    if summary.failed or summary.failed_calls or summary.steps != episodes * ticks:
+        raise RuntimeError(f"the collection did not run clean: {summary.failed} failed episode(s), "
+                           f"{summary.failed_calls} failed call(s), {summary.steps} of {episodes * ticks} ticks; "
+                           f"first errors: {summary.errors[:3]}")
+    return Result(path="", k=k, ticks=ticks, steps=summary.steps, calls=summary.llm_calls, wall_s=summary.wall_s,
+                  cpu_s=cpu, loop_cpu_s=loop)
+
+
+def choose_ticks(make_agent: Callable[[], LLMAgent], k: int, seconds: float) -> tuple[int, float]:
+    """Episode length for a run of about `seconds`, from a short pilot (also the warm-up); (ticks, pilot s).
+
+    The pilot measures the CPU per tick c; one round of ticks then takes about
+    max(mean latency + c, K * c): the latency when the loop keeps up, the loop's CPU when it does not.
+    """
+    start = time.perf_counter()
+    pilot = run_collection(make_agent(), min(k, 16), 4)
+    c = pilot.cpu_s / pilot.steps
+    per_round = max(MEAN_LATENCY_S + c, k * c)
+    return max(2, round(seconds / per_round)), time.perf_counter() - start
+
+
+def measure(path: str, make_agent: Callable[[], LLMAgent], k: int, args: argparse.Namespace, deadline: float,
+            server: LatencyServer | None = None) -> Result:
+    if args.smoke:
+        ticks = 3
+    else:
+        # Rough cost of the pilot (a few ms of CPU per tick) plus the run, to keep within the budget.
+        if time.perf_counter() + 0.5 + 0.01 * 4 * min(k, 16) + 1.25 * args.seconds > deadline:
+            return Result(path=path, k=k, skipped="skipped: over --budget")
+        ticks, _ = choose_ticks(make_agent, k, args.seconds)
+    before = server.requests if server is not None else 0
+    result = run_collection(make_agent(), k, ticks)
+    result.path = path
+    if server is not None:
+        result.requests = server.requests - before
+    return result
+
+
+def warm_up(make_agent: Callable[[], LLMAgent]) -> None:
+    """Imports, first connection, first env: paid once per path, outside every timed run."""
+    run_collection(make_agent(), 2, 2)
+
+
+def profile_top(make_agent: Callable[[], LLMAgent], k: int, ticks: int, top: int = 10) -> str:
+    """cProfile one (untimed) collection: the `top` functions by cumulative, then by own, time.
+
+    The asyncio plumbing (`asyncio.run`, `_run_once`, `Context.run`, ...) holds the whole run and says
+    nothing, so it is left out. cProfile counts every resumption of a coroutine as one call.
+    """
+    profile = cProfile.Profile()
+    run_collection(make_agent(), k, ticks, profile=profile)
+    stats = pstats.Stats(profile)
+    rows = []
+    for (file, line, name), (_cc, ncalls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if "asyncio" in file or name in ("<method 'run' of '_contextvars.Context' objects>",) or (
+                file.endswith("bench_collector.py")):
+            continue
+        where = f"{os.path.relpath(file) if file.startswith(os.getcwd()) else file}:{line}({name})"
+        rows.append((cumtime, tottime, ncalls, where))
+    total = sum(r[1] for r in rows)
+    out = []
+    for title, key in (("by cumulative time", lambda r: r[0]), ("by own time", lambda r: r[1])):
+        out += [f"top {top} {title}:", "", "| cumulative s | own s | calls | function |", "|---:|---:|---:|---|"]
+        out += [f"| {cum:.3f} | {own:.3f} | {n} | `{where}` |"
+                for cum, own, n, where in sorted(rows, key=key, reverse=True)[:top]]
+        out.append("")
+    return "\n".join(out) + f"(profiled run: {k} episodes x {ticks} ticks, {total:.2f} s of own time in all)"
+
+
+# -- reporting ----------------------------------------------------------------------------------
+
+HEADER = "| path | K | calls/s | ideal calls/s | ratio | cpu ms/tick |"
+
+
+def main_table(results: list[Result]) -> str:
+    lines = [HEADER, "|---|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if r.skipped:
+            lines.append(f"| {r.path} | {r.k} | {r.skipped} | {r.ideal:.0f} | - | - |")
+        else:
+            lines.append(f"| {r.path} | {r.k} | {r.calls_per_s:.1f} | {r.ideal:.0f} | {r.calls_per_s / r.ideal:.3f} "
+                         f"| {r.cpu_ms_per_tick:.2f} |")
+    return "\n".join(lines)
+
+
+def detail_table(results: list[Result]) -> str:
+    lines = ["| path | K | ticks/episode | ticks | wall s | loop-thread cpu ms/tick | cpu ms/tick "
+             "| CPU the ideal allows, ms/tick (1000*0.05/K) | CPU-bound max calls/s (1000 / cpu ms/tick) "
+             "| http requests |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        if r.skipped:
+            continue
+        allowed = 1000.0 * MEAN_LATENCY_S / r.k
+        cpu_max = 1000.0 / r.cpu_ms_per_tick if r.cpu_ms_per_tick else 0.0
+        lines.append(f"| {r.path} | {r.k} | {r.ticks} | {r.steps} | {r.wall_s:.2f} | {r.loop_cpu_ms_per_tick:.2f} "
+                     f"| {r.cpu_ms_per_tick:.2f} | {allowed:.2f} | {cpu_max:.0f} "
+                     f"| {'-' if r.requests is None else r.requests} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="target wall time of one measurement")
+    parser.add_argument("--ks", type=int, nargs="+", default=[8, 64, 256], help="concurrent episodes (and calls)")
+    parser.add_argument("--no-http", action="store_true", help="skip the OpenAI-compatible HTTP path")
+    parser.add_argument("--smoke", action="store_true", help="tiny run for CI: K=4, 3 ticks (numbers mean nothing)")
+    parser.add_argument("--budget", type=float, default=300.0, help="wall-clock budget of the whole script, seconds")
+    parser.add_argument("--profile", action="store_true",
+                        help="also cProfile an untimed in-process run at the largest K (same length as its "
+                             "measurement) and print the top 10 functions by cumulative time")
+    args = parser.parse_args()
+    ks = [4] if args.smoke else sorted(set(args.ks))
+    if any(k < 1 for k in ks):
+        parser.error("--ks must be positive")
+    if args.seconds <= 0:
+        parser.error("--seconds must be positive")
+    deadline = time.perf_counter() + args.budget
+
+    # The server is on 127.0.0.1: never send its traffic through a proxy from the environment.
+    for var in ("NO_PROXY", "no_proxy"):
+        os.environ[var] = ",".join(filter(None, [os.environ.get(var, ""), "127.0.0.1"]))
+
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"python {platform.python_version()}, rlaif_gym {rlaif_gym.__version__}")
+    print(f"LLM latency: uniform [{1000 * LATENCY_S:.0f}, {1000 * (LATENCY_S + JITTER_S):.0f}] ms "
+          f"(mean {1000 * MEAN_LATENCY_S:.0f} ms); ideal calls/s = K / {MEAN_LATENCY_S}; "
+          f"target {args.seconds:g} s per measurement{' (smoke)' if args.smoke else ''}", flush=True)
+
+    results: list[Result] = []
+
+    def scripted() -> LLMAgent:
+        return ScriptedLLMAgent(latency_s=LATENCY_S, jitter_s=JITTER_S)
+
+    def report(r: Result) -> None:
+        results.append(r)
+        print(f"  {r.path} K={r.k}: {r.skipped or f'{r.calls_per_s:.1f} calls/s ({r.ticks} ticks, {r.wall_s:.1f} s)'}",
+              flush=True)
+
+    if not args.smoke:
+        warm_up(scripted)
+    for k in ks:
+        report(measure("in-process", scripted, k, args, deadline))
+
+    if not args.no_http:
+        with LatencyServer(seed=0) as server:
+
+            def http() -> LLMAgent:
+                # No retries: a failed call fails the benchmark instead of hiding in the numbers.
+                return OpenAIChatAgent(model="bench", base_url=server.base_url, api_key="bench", logprobs=False,
+                                       timeout=30.0, max_retries=0)
+
+            if not args.smoke:
+                warm_up(http)
+            for k in ks:
+                report(measure("http", http, k, args, deadline, server=server))
+        if server.errors:
+            print(f"the server raised: {server.errors[:3]}", file=sys.stderr)
+            return 1
+
+    print()
+    print(main_table(results))
+    print()
+    print(detail_table(results))
+    if args.profile:
+        biggest = next((r for r in results if r.path == "in-process" and r.k == ks[-1] and not r.skipped), None)
+        if biggest is None:
+            print("\n(no profile: the in-process run at the largest K was skipped)")
+        else:
+            print(f"\ncProfile of an untimed in-process run at K={biggest.k} (asyncio plumbing left out)\n")
+            print(profile_top(scripted, biggest.k, biggest.ticks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""Side-by-side benchmarks: env steps/s against Gymnasium's CartPole, and the text face's per-tick cost.
+
+Everything a table compares is measured in the same process and the same run, so ratios are
+meaningful on a shared, noisy machine; absolute numbers are not asserted anywhere. Each cell runs
+for a fixed time budget and reports the median of `repeats` windows.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+import timeit
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import gymnasium as gym
+import numpy as np
+
+from . import sim
+from .config import RLAIFEnvConfig
+from .encoding.prompt import render_prompt
+from .encoding.reply import parse_reply
+from .encoding.view import build_view
+from .envs import RLAIFCore, seed_keys
+from .judge.rules import RuleJudge
+from .llm import ScriptedLLM
+from .rewards import combine_components
+from .trajectory import Action, EnvironmentState, Feedback, LLMCall, Observation, TrajectoryStep
+
+__all__ = [
+    "VectorRow",
+    "bench_text_overhead",
+    "bench_vector",
+    "format_text",
+    "format_vector",
+    "machine_line",
+    "state_bytes_per_world",
+]
+
+
+def machine_line() -> str:
+    """What the numbers were measured on."""
+    import os
+
+    return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"numpy {np.__version__}, gymnasium {gym.__version__}")
+
+
+def _rate(step: Callable[[], None], per_call: int, seconds: float, repeats: int) -> float:
+    """Median steps/s over `repeats` windows of `seconds` (at least one call per window)."""
+    rates = []
+    for _ in range(repeats):
+        n, start = 0, time.perf_counter()
+        while True:
+            step()
+            n += per_call
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                break
+        rates.append(n / elapsed)
+    return statistics.median(rates)
+
+
+def _single_env_rate(env_id: str, seconds: float, repeats: int) -> float:
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    actions = [env.action_space.sample() for _ in range(256)]
+    i = 0
+
+    def step() -> None:
+        nonlocal i
+        _, _, term, trunc, _ = env.step(actions[i % 256])
+        i += 1
+        if term or trunc:
+            env.reset()
+
+    return _rate(step, 1, seconds, repeats)
+
+
+def _vector_rate(env_id: str, mode: str, n: int, seconds: float, repeats: int) -> float:
+    env = gym.make_vec(env_id, num_envs=n, vectorization_mode=mode)
+    try:
+        env.reset(seed=0)
+        env.action_space.seed(0)
+        actions = [env.action_space.sample() for _ in range(8)]
+        i = 0
+
+        def step() -> None:
+            nonlocal i
+            env.step(actions[i % 8])
+            i += 1
+
+        return _rate(step, n, seconds, repeats)
+    finally:
+        env.close()
+
+
+def state_bytes_per_world(n: int = 1024) -> float:
+    """Bytes of world state per world (all arrays of a batch of `n`, divided by `n`)."""
+    core = RLAIFCore(RLAIFEnvConfig(), num_worlds=n)
+    core.reset(seed_keys(range(n)))
+    return sum(getattr(core.state, f.name).nbytes for f in fields(core.state)) / n
+
+
+@dataclass
+class VectorRow:
+    """One row of the vector table: steps/s per mode (None where skipped) next to CartPole's."""
+
+    num_envs: int
+    native: float
+    sync: float | None
+    async_: float | None
+    cartpole_native: float
+
+
+def bench_vector(sizes=(1, 64, 1024, 16384), seconds: float = 1.0, repeats: int = 3, max_sync: int = 1024,
+                 max_async: int = 64) -> dict:
+    """Single-env and vector-env steps/s of RLAIF-v0 next to CartPole, in one run.
+
+    Sync mode is skipped above `max_sync` worlds and async above `max_async` (one process per
+    world: on a 2-core machine thousands of processes measure the OS, not the env).
+    """
+    single_cartpole = _single_env_rate("CartPole-v1", seconds, repeats)
+    single_rlaif = _single_env_rate("RLAIF-v0", seconds, repeats)
+    rows = []
+    for n in sizes:
+        rows.append(VectorRow(
+            num_envs=n,
+            native=_vector_rate("RLAIF-v0", "vector_entry_point", n, seconds, repeats),
+            sync=_vector_rate("RLAIF-v0", "sync", n, seconds, 1) if n <= max_sync else None,
+            async_=_vector_rate("RLAIF-v0", "async", n, seconds, 1) if n <= max_async else None,
+            cartpole_native=_vector_rate("CartPole-v1", "vector_entry_point", n, seconds, repeats),
+        ))
+    return {"machine": machine_line(), "single_cartpole": single_cartpole, "single_rlaif": single_rlaif,
+            "rows": rows, "bytes_per_world": state_bytes_per_world()}
+
+
+def format_vector(result: dict) -> str:
+    """Markdown tables of `bench_vector`'s result, with the ratios the targets use."""
+    sc, sr = result["single_cartpole"], result["single_rlaif"]
+    lines = [f"machine: {result['machine']}", "",
+             "| single env via gym.make | steps/s | vs CartPole |", "|---|---:|---:|",
+             f"| CartPole-v1 | {sc:,.0f} | 1.000x |", f"| RLAIF-v0 | {sr:,.0f} | {sr / sc:.3f}x |", "",
+             "| N | RLAIF native | RLAIF sync | RLAIF async | CartPoleVectorEnv | native / CartPole | native / sync |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def cell(x):
+        return f"{x:,.0f}" if x is not None else "skipped"
+
+    for r in result["rows"]:
+        vs_sync = f"{r.native / r.sync:,.1f}x" if r.sync else "-"
+        lines.append(f"| {r.num_envs} | {r.native:,.0f} | {cell(r.sync)} | {cell(r.async_)} | "
+                     f"{r.cartpole_native:,.0f} | {r.native / r.cartpole_native:.3f}x | {vs_sync} |")
+    lines += ["", f"state memory: {result['bytes_per_world']:,.0f} bytes per world (linear in N: every array has a "
+              "leading world dimension)"]
+    return "\n".join(lines)
+
+
+def bench_text_overhead(ticks: int = 40, number: int = 50) -> dict[str, float]:
+    """Microseconds per tick of each text-face stage, on real states and scripted replies.
+
+    Stages: prompt rendering (view + text), reply parsing, the rule judge, the composite reward,
+    and building plus serialising the step record. The world's own step is reported separately.
+    """
+    env = gym.make("RLAIF-Text-v0").unwrapped
+    prompt, _ = env.reset(seed=0)
+    llm = ScriptedLLM()
+    judge = RuleJudge()
+    samples = []
+    for _ in range(ticks):
+        think, action = llm.decide(prompt)
+        reply = f"<think>{think}</think>\n{json.dumps(action)}"
+        samples.append((env.state.copy(), env.view, prompt, reply))
+        prompt, *_ = env.step(reply)
+    params, weights = env.params, env._core.weights
+    comps = {k: np.array([0.1]) for k in ("pnl", "format", "reasoning", "risk")}
+    system = env.system_prompt
+
+    def per_tick(fn) -> float:
+        total = timeit.timeit(lambda: [fn(s) for s in samples], number=number)
+        return 1e6 * total / (number * len(samples))
+
+    parsed = [parse_reply(s[3]) for s in samples]
+
+    def record(i: int) -> str:
+        _, view, prompt, reply = samples[i]
+        step = TrajectoryStep(
+            step_number=i, timestamp=0, environment_state=EnvironmentState(agent_balance=view.equity),
+            llm_calls=[LLMCall(model="m", system_prompt=system, user_prompt=prompt, response=reply)],
+            action=Action(action_type="wait", success=True), reward=0.1, observation=Observation(text=prompt),
+            feedback=Feedback(success=True, pnl_delta=0.0), reward_components={k: 0.1 for k in comps},
+        )
+        return json.dumps(step.to_dict())
+
+    index = {id(s): i for i, s in enumerate(samples)}
+    stages = {
+        "prompt rendering": per_tick(lambda s: render_prompt(build_view(s[0], params, 0), "ok")),
+        "reply parsing": per_tick(lambda s: parse_reply(s[3])),
+        "rule judge": per_tick(lambda s: judge.score(parsed[index[id(s)]], s[1], s[2])),
+        "composite reward": per_tick(lambda s: combine_components(comps, weights)),
+        "record build + serialise": per_tick(lambda s: record(index[id(s)])),
+    }
+    batch = sim.ActionBatch.waits(1)
+
+    def world_step(s) -> None:
+        sim.step(s[0].copy(), batch, params)
+
+    stages["(world step, for reference)"] = per_tick(world_step)
+    return stages
+
+
+def format_text(stages: dict[str, float], llm_ms: float = 50.0) -> str:
+    """Markdown table of `bench_text_overhead`."""
+    lines = ["| text-face stage | µs per tick |", "|---|---:|"]
+    total = 0.0
+    for name, us in stages.items():
+        lines.append(f"| {name} | {us:,.1f} |")
+        if not name.startswith("("):
+            total += us
+    lines.append(f"| **total text overhead** | **{total:,.1f}** ({100 * total / (1000 * llm_ms):.2f}% of a "
+                 f"{llm_ms:.0f} ms LLM call) |")
+    return "\n".join(lines)

@@ -1,0 +1,35 @@
+"""`benchmarks/bench_collector.py --smoke` runs end to end (both paths, a real local HTTP server).
+
+Only the shape of the output is checked, never a timing value.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = "| path | K | calls/s | ideal calls/s | ratio | cpu ms/tick |"
+
+
+def test_bench_collector_smoke() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_collector.py"), "--smoke"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    lines = proc.stdout.splitlines()
+    assert HEADER in lines, proc.stdout
+    table = lines[lines.index(HEADER) + 2:]
+    table = table[:next((i for i, line in enumerate(table) if not line.startswith("|")), len(table))]
+    paths = {}
+    for row in table:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 6, row
+        paths[cells[0]] = cells
+    assert set(paths) == {"in-process", "http"}, proc.stdout
+    for cells in paths.values():
+        assert cells[1] == "4", cells
+        assert not cells[2].startswith("skipped"), cells
+        for cell in cells[2:]:
+            float(cell)  # a number, whatever its value
+    assert "Traceback" not in proc.stderr, proc.stderr
