@@ -22,7 +22,7 @@ LAYERS = {
     "rewards": 3, "agents": 3, "judge": 3,
     "envs": 4, "wrappers": 4,
     "rollout": 5,
-    "cli": 6, "integrations": 6, "benchmark": 6,
+    "cli": 6, "integrations": 6, "benchmark": 5,
 }
 THIRD_PARTY_BY_LAYER = {0: {"pydantic"}, 1: {"numpy", "pydantic"}}
 # The trajectory schema is pydantic + stdlib only (readers and storage pull in nothing heavy).
