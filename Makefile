@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --quiet --upgrade pip
 	# CPU torch first, from the pinned constraint, so that SB3 never pulls a CUDA build.
 	$(PIP) install --quiet -c constraints.txt torch==2.13.0
-	$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3,cli,openai,parquet]"
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3,cli,openai,parquet,fast]"
 	touch $(STAMP)
 
 venv: $(STAMP)

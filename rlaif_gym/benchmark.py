@@ -63,8 +63,8 @@ def _rate(step: Callable[[], None], per_call: int, seconds: float, repeats: int)
     return statistics.median(rates)
 
 
-def _single_env_rate(env_id: str, seconds: float, repeats: int) -> float:
-    env = gym.make(env_id)
+def _single_env_rate(env_id: str, seconds: float, repeats: int, **kwargs) -> float:
+    env = gym.make(env_id, **kwargs)
     env.reset(seed=0)
     actions = [env.action_space.sample() for _ in range(256)]
     i = 0
@@ -79,8 +79,8 @@ def _single_env_rate(env_id: str, seconds: float, repeats: int) -> float:
     return _rate(step, 1, seconds, repeats)
 
 
-def _vector_rate(env_id: str, mode: str, n: int, seconds: float, repeats: int) -> float:
-    env = gym.make_vec(env_id, num_envs=n, vectorization_mode=mode)
+def _vector_rate(env_id: str, mode: str, n: int, seconds: float, repeats: int, **kwargs) -> float:
+    env = gym.make_vec(env_id, num_envs=n, vectorization_mode=mode, **kwargs)
     try:
         env.reset(seed=0)
         env.action_space.seed(0)
@@ -116,25 +116,27 @@ class VectorRow:
 
 
 def bench_vector(sizes=(1, 64, 1024, 16384), seconds: float = 1.0, repeats: int = 3, max_sync: int = 1024,
-                 max_async: int = 64) -> dict:
+                 max_async: int = 64, backend: str = "numpy") -> dict:
     """Single-env and vector-env steps/s of RLAIF-v0 next to CartPole, in one run.
 
     Sync mode is skipped above `max_sync` worlds and async above `max_async` (one process per
-    world: on a 2-core machine thousands of processes measure the OS, not the env).
+    world: on a 2-core machine thousands of processes measure the OS, not the env). `backend` is the
+    RLAIF world-step backend ("numpy" or "numba").
     """
+    kw = {"backend": backend}
     single_cartpole = _single_env_rate("CartPole-v1", seconds, repeats)
-    single_rlaif = _single_env_rate("RLAIF-v0", seconds, repeats)
+    single_rlaif = _single_env_rate("RLAIF-v0", seconds, repeats, **kw)
     rows = []
     for n in sizes:
         rows.append(VectorRow(
             num_envs=n,
-            native=_vector_rate("RLAIF-v0", "vector_entry_point", n, seconds, repeats),
-            sync=_vector_rate("RLAIF-v0", "sync", n, seconds, 1) if n <= max_sync else None,
-            async_=_vector_rate("RLAIF-v0", "async", n, seconds, 1) if n <= max_async else None,
+            native=_vector_rate("RLAIF-v0", "vector_entry_point", n, seconds, repeats, **kw),
+            sync=_vector_rate("RLAIF-v0", "sync", n, seconds, 1, **kw) if n <= max_sync else None,
+            async_=_vector_rate("RLAIF-v0", "async", n, seconds, 1, **kw) if n <= max_async else None,
             cartpole_native=_vector_rate("CartPole-v1", "vector_entry_point", n, seconds, repeats),
         ))
-    return {"machine": machine_line(), "single_cartpole": single_cartpole, "single_rlaif": single_rlaif,
-            "rows": rows, "bytes_per_world": state_bytes_per_world()}
+    return {"machine": f"{machine_line()}, backend {backend}", "single_cartpole": single_cartpole,
+            "single_rlaif": single_rlaif, "rows": rows, "bytes_per_world": state_bytes_per_world()}
 
 
 def format_vector(result: dict) -> str:

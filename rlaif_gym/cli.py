@@ -214,13 +214,14 @@ def _build_app():
         seconds: float = typer.Option(1.0, help="length of one timed window"),
         repeats: int = typer.Option(3, help="windows per cell (median reported)"),
         sizes: str = typer.Option("1,64,1024,16384", help="numbers of envs, comma-separated"),
+        backend: str = typer.Option("numpy", help="world-step backend: numpy or numba"),
     ):
         """Benchmarks measured side by side in one run (the collector's: python benchmarks/bench_collector.py)."""
         from .benchmark import bench_text_overhead, bench_vector, format_text, format_vector
 
         if vector:
             n = tuple(int(x) for x in sizes.split(",") if x.strip())
-            typer.echo(format_vector(bench_vector(n, seconds, repeats)))
+            typer.echo(format_vector(bench_vector(n, seconds, repeats, backend=backend)))
         if text:
             typer.echo(format_text(bench_text_overhead()))
 

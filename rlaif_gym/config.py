@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -62,6 +62,13 @@ class RLAIFEnvConfig(BaseModel):
         None,
         description="Agent archetype (e.g. trader, degen, researcher): selects the original's reward-weight row "
         "and adds the behavior component. None uses the default row without behavior.",
+    )
+
+    # --- speed
+    backend: Literal["numpy", "numba", "auto"] = Field(
+        "numpy",
+        description="World-step implementation: numpy (the bit-exact reference), numba (compiled, ~30x faster at one "
+        "world; equal to numpy within 1e-9 relative; needs the [fast] extra) or auto (numba when installed).",
     )
 
     # --- numeric face

@@ -14,7 +14,7 @@ import numpy as np
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
-from ..errors import ConfigError
+from ..errors import ConfigError, DependencyNotInstalled
 from ..rewards import combine_components, pnl_component, risk_component
 from ..rewards.archetypes import normalize_archetype
 from ..rewards.composite import resolve_weights
@@ -25,6 +25,19 @@ __all__ = ["CoreStep", "RLAIFCore", "world_params"]
 def world_params(config: RLAIFEnvConfig) -> sim.WorldParams:
     """The sim parameters named in the config (same names, same meaning)."""
     return sim.WorldParams(**{name: getattr(config, name) for name in sim.WorldParams.field_names()})
+
+
+def _select_backend(backend: str):
+    """The world-step function for a config's `backend`."""
+    if backend == "numpy":
+        return sim.step
+    from ..sim import fast
+
+    if fast.available():
+        return fast.step
+    if backend == "numba":
+        raise DependencyNotInstalled('backend="numba" needs numba: pip install "rlaif-gym[fast]" (or use "numpy")')
+    return sim.step
 
 
 @dataclass
@@ -53,6 +66,7 @@ class RLAIFCore:
         except ValueError as exc:
             raise ConfigError(f"archetype: {exc}") from None
         self.weights = resolve_weights(self.archetype, config.reward_weights)
+        self._sim_step = _select_backend(config.backend)
         self.state: sim.WorldState | None = None
 
     def reset(self, keys: np.ndarray) -> np.ndarray:
@@ -83,7 +97,7 @@ class RLAIFCore:
                 reasoning; they are weighted together with pnl and risk.
             post: computes components that need the transition's result (e.g. behavior).
         """
-        out = sim.step(self.state, batch, self.params)
+        out = self._sim_step(self.state, batch, self.params)
         components = {
             "pnl": pnl_component(out.pnl_delta, self.params.starting_cash, self.config.pnl_scale),
             "risk": risk_component(out.added_exposure, out.exposure_ratio, out.leverage_requested,

@@ -361,11 +361,12 @@ def _settle_positions(state: WorldState, params: WorldParams, w, t, *, liquidati
         payout = np.maximum(margin + pnl - fee, 0.0)
         fee = np.minimum(fee, margin + np.maximum(pnl, -margin))
         fee = np.maximum(fee, 0.0)
-    state.cash[w] += payout
-    state.fees_paid[w] += fee
-    state.fees_collected[w] += fee
-    state.house_cash[w] += margin - payout - fee
-    state.realized_pnl[w] += payout - margin
+    # One world may settle several positions at once (liquidations): accumulate, never overwrite.
+    np.add.at(state.cash, w, payout)
+    np.add.at(state.fees_paid, w, fee)
+    np.add.at(state.fees_collected, w, fee)
+    np.add.at(state.house_cash, w, margin - payout - fee)
+    np.add.at(state.realized_pnl, w, payout - margin)
     state.pos_side[w, t] = 0
     state.pos_notional[w, t] = 0.0
     state.pos_entry[w, t] = 0.0
@@ -522,9 +523,13 @@ def _funding_and_liquidation(state: WorldState, params: WorldParams, now: np.nda
     return hit.sum(axis=1)
 
 
-def _npc_trades(state: WorldState, params: WorldParams, u: np.ndarray, c: _Cols, now: np.ndarray) -> None:
+def _npc_trades(state: WorldState, params: WorldParams, u: np.ndarray, c: _Cols, now: np.ndarray,
+                last_move: np.ndarray) -> None:
     """All NPC orders of a tick, priced at the tick's opening and executed as two aggregate trades
-    per market (YES buyers, then NO buyers, the order alternating by tick) with pro-rata fills."""
+    per market (YES buyers, then NO buyers, the order alternating by tick) with pro-rata fills.
+
+    `last_move` is each market's YES price move over the previous tick (momentum traders follow it).
+    """
     k, m = params.num_npcs, params.num_markets
     o = c.offset["npc"]
     cols = u[:, o : o + 6 * k].reshape(-1, 6, k)
@@ -532,19 +537,19 @@ def _npc_trades(state: WorldState, params: WorldParams, u: np.ndarray, c: _Cols,
     mk = np.minimum(np.floor(cols[:, 1] * m).astype(np.int64), m - 1)
     rows = np.arange(state.batch_size)[:, None]
     price = yes_price(state.pm_yes, state.pm_no)[rows, mk]
-    last = state.pm_last_price[rows, mk]
+    move = last_move[rows, mk]
     truth = state.pm_truth[rows, mk]
     behaviour = npc_behaviours(params)[None, :]
     belief = truth + _INFORMED_NOISE * rng.normals(cols[:, 2], cols[:, 3])
     gap = belief - price
     informed = (behaviour == NpcBehaviour.INFORMED) | (behaviour == NpcBehaviour.DECEIVER)
     side_yes = np.select(
-        [informed, behaviour == NpcBehaviour.MOMENTUM], [gap > 0, price > last], default=cols[:, 4] < 0.5
+        [informed, behaviour == NpcBehaviour.MOMENTUM], [gap > 0, move > 0], default=cols[:, 4] < 0.5
     )
     size = np.select(
         [informed, behaviour == NpcBehaviour.MOMENTUM],
         [np.clip(2500.0 * (np.abs(gap) - 0.02), 0.0, 400.0) * np.where(behaviour == NpcBehaviour.DECEIVER, 0.5, 1.0),
-         np.where(np.abs(price - last) > 1e-4, 50.0 + 100.0 * cols[:, 5], 0.0)],
+         np.where(np.abs(move) > 1e-4, 50.0 + 100.0 * cols[:, 5], 0.0)],
         default=20.0 + 180.0 * cols[:, 5],
     )
     amount = np.where(trades, np.minimum(size, state.npc_cash), 0.0)
@@ -563,6 +568,8 @@ def _npc_trades(state: WorldState, params: WorldParams, u: np.ndarray, c: _Cols,
         same = np.where(buy_yes, state.pm_yes, state.pm_no)
         other = np.where(buy_yes, state.pm_no, state.pm_yes)
         shares, new_same, new_other = buy_shares(same, other, net)
+        # Markets nobody bought in keep their pools exactly (k / other need not round back to same).
+        new_same, new_other = np.where(spend > 0, new_same, same), np.where(spend > 0, new_other, other)
         state.pm_yes[:] = np.where(buy_yes, new_same, new_other)
         state.pm_no[:] = np.where(buy_yes, new_other, new_same)
         state.pm_collateral += net
@@ -659,10 +666,12 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> StepOu
     now = state.tick + 1
     cols = _Cols(params)
     u = rng.uniforms(state.key, now, cols.total)
-    state.pm_last_price[:] = yes_price(state.pm_yes, state.pm_no)
+    opening = yes_price(state.pm_yes, state.pm_no)
+    last_move = opening - state.pm_last_price  # the previous tick's move, incl. the agent's own trade
+    state.pm_last_price[:] = opening
     _advance_perps(state, params, u, cols, now)
     liquidated = _funding_and_liquidation(state, params, now)
-    _npc_trades(state, params, u, cols, now)
+    _npc_trades(state, params, u, cols, now, last_move)
     _information(state, params, u, cols, now)
     state.tick[:] = now
     resolved, payout = _resolve_markets(state, params, now)

@@ -1,0 +1,855 @@
+"""A numba-compiled `step` with the semantics of `engine.step` (ARCHITECTURE.md decision 1).
+
+`fast.step(state, actions, params)` mutates `state` and returns a `StepOutcome` exactly as
+`engine.step` does; `engine.step` stays the reference. numba is optional (`pip install rlaif-gym[fast]`):
+without it `available()` is False and `step` falls back to `engine.step`.
+
+How it stays the same as the numpy path:
+- one kernel loops over worlds and does, per world, what the vectorised functions do, in the same
+  order (`_apply_actions`, `_advance_perps`, `_funding_and_liquidation`, `_npc_trades`,
+  `_information`, `_resolve_markets` with `_open_markets`), with the same floating-point operation
+  order (left to right as numpy evaluates the expressions);
+- random draws use the same counter-based SplitMix64 hash and the same column layout as `engine._Cols`;
+- sums reproduce numpy's reduction order: pairwise summation (8 accumulators from 8 terms on) along
+  a contiguous last axis, plain left-to-right accumulation along any other axis;
+- several liquidations in one world accumulate in position order, as `np.add.at` does in the engine.
+
+What can differ: exp, log and log1p come from the C library here and from numpy's SIMD code there,
+and the two differ in the last bit for a few percent of arguments. Everything else is IEEE-exact, so
+float fields agree to about 1e-15 relative and discrete fields agree exactly (tests/sim/test_fast.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import operator
+from dataclasses import fields
+
+import numpy as np
+
+from ..errors import InvalidActionError
+from . import engine
+from .actions import ActionBatch, ActionType
+from .params import GROUP_NAMES, NEWS_SOURCES, NpcBehaviour, WorldParams
+from .state import FEED_LENGTH, WorldState
+
+try:  # optional dependency: rlaif-gym[fast]
+    import numba
+except ImportError:  # pragma: no cover - exercised only where numba is absent
+    numba = None
+
+__all__ = ["available", "step"]
+
+
+def available() -> bool:
+    """True when numba is installed, so `step` runs compiled."""
+    return numba is not None
+
+
+def _jit(fn):
+    return numba.njit(cache=True, nogil=True, error_model="numpy")(fn) if numba is not None else fn
+
+
+def _jit_inline(fn):
+    """A helper inlined into its caller at the numba IR level (no call, no reference counting)."""
+    return numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")(fn) if numba is not None else fn
+
+
+_U64 = np.uint64
+_C1 = _U64(0xBF58476D1CE4E5B9)
+_C2 = _U64(0x94D049BB133111EB)
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+_S16 = _U64(1 << 16)
+_SH11 = _U64(11)
+_SH27 = _U64(27)
+_SH30 = _U64(30)
+_SH31 = _U64(31)
+_TO_UNIT = 2.0**-53
+_MARKET_STREAM = engine._MARKET_STREAM
+_SIGNAL_DECAY = engine._SIGNAL_DECAY
+_PERP_NEWS_DECAY = engine._PERP_NEWS_DECAY
+_LEAK_RELIABILITY = engine._LEAK_RELIABILITY
+_LEAK_RATE = engine._LEAK_RATE
+_INFORMED_NOISE = engine._INFORMED_NOISE
+_REP_STEP = engine._REP_STEP
+_TWO_PI = 2.0 * np.pi
+_R = FEED_LENGTH
+_INFORMED = NpcBehaviour.INFORMED
+_DECEIVER = NpcBehaviour.DECEIVER
+_MOMENTUM = NpcBehaviour.MOMENTUM
+_MAX_KIND = int(max(ActionType))
+
+# ---------------------------------------------------------------------------------------------
+# Scalar helpers with numpy's semantics
+
+
+@_jit_inline
+def _fmax(a, b):
+    """np.maximum: NaN-propagating."""
+    return a if (a >= b or a != a) else b
+
+
+@_jit_inline
+def _fmin(a, b):
+    """np.minimum: NaN-propagating."""
+    return a if (a <= b or a != a) else b
+
+
+@_jit_inline
+def _isfinite(x):
+    return not (math.isinf(x) or math.isnan(x))
+
+
+@_jit_inline
+def _psum(a, n):
+    """numpy's pairwise sum of a[:n] (what `arr.sum(axis=-1)` does on a contiguous last axis, n <= 128)."""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+    i = 8
+    stop = n - n % 8
+    while i < stop:
+        r0 += a[i]
+        r1 += a[i + 1]
+        r2 += a[i + 2]
+        r3 += a[i + 3]
+        r4 += a[i + 4]
+        r5 += a[i + 5]
+        r6 += a[i + 6]
+        r7 += a[i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[i]
+        i += 1
+    return 0.0 + res
+
+
+@_jit_inline
+def _mix(x):
+    x = (x ^ (x >> _SH30)) * _C1
+    x = (x ^ (x >> _SH27)) * _C2
+    return x ^ (x >> _SH31)
+
+
+@_jit_inline
+def _uniforms(key, stream, n, out):
+    """rng.uniforms for one world: out[:n] from (key, stream)."""
+    for j in range(n):
+        c = stream * _S16 + _U64(j)
+        x = _mix(key ^ _mix(c * _GOLDEN + _GOLDEN))
+        out[j] = float(x >> _SH11) * _TO_UNIT
+
+
+@_jit_inline
+def _normal(u1, u2):
+    return math.sqrt(-2.0 * math.log1p(-u1)) * math.cos(_TWO_PI * u2)
+
+
+@_jit_inline
+def _fee(fee_rate, min_fee, gross):
+    return _fmax(fee_rate * gross, min_fee)
+
+
+# ---------------------------------------------------------------------------------------------
+# Accounting (engine.share_value / equity / exposure for one world)
+
+
+@_jit_inline
+def _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf):
+    for j in range(m):
+        p = pm_no[b, j] / (pm_yes[b, j] + pm_no[b, j])
+        buf[j] = hold_yes[b, j] * p + hold_no[b, j] * (1.0 - p)
+    return _psum(buf, m)
+
+
+@_jit_inline
+def _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin, pos_notional,
+            perp_price, buf):
+    sv = _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf)
+    for t in range(np_):
+        s = pos_side[b, t]
+        entry = pos_entry[b, t] if s != 0 else 1.0
+        upnl = s * (perp_price[b, t] / entry - 1.0) * pos_notional[b, t]
+        buf[t] = _fmax(pos_margin[b, t] + upnl, 0.0) if s != 0 else 0.0
+    perp = _psum(buf, np_)
+    return cash[b] + sv + perp
+
+
+@_jit_inline
+def _exposure(b, m, np_, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_notional, perp_price, buf):
+    sv = _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf)
+    for t in range(np_):
+        s = pos_side[b, t]
+        entry = pos_entry[b, t] if s != 0 else 1.0
+        buf[t] = abs(s) * pos_notional[b, t] * perp_price[b, t] / entry
+    return sv + _psum(buf, np_)
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel. Its parameters after the first 13 are the WorldState fields, in dataclass order
+# (checked at import), then the outcome buffers.
+
+# Float parameters (pf) and integer parameters (pi), in this order.
+_PF = ("fee_rate", "min_fee", "min_order", "max_leverage", "perp_volatility", "news_rate", "post_rate", "tip_rate",
+       "npc_trade_rate", "narrative_rate", "market_liquidity")
+_PI = ("num_markets", "num_perps", "num_npcs", "num_groups", "market_duration_min", "market_duration_max",
+       "funding_interval")
+# Outcome rows: floats, ints, bools.
+_OF = ("error_a", "error_b", "filled_shares", "filled_usd", "fee", "equity_before", "equity_after", "pnl_delta",
+       "exposure_ratio", "leverage_requested", "payout")
+_OI = ("error", "resolved", "liquidated")
+_OB = ("success", "added_exposure", "bankrupt")
+
+
+@_jit_inline
+def _settle(b, t, liquidation, fee_rate, min_fee, cash, fees_paid, fees_collected, house_cash, realized_pnl,
+            pos_side, pos_notional, pos_entry, pos_leverage, pos_margin, perp_price, house0, realized0):
+    """engine._settle_positions for one position; returns (payout, fee).
+
+    Several positions of one world settle one after another (the engine accumulates with `np.add.at`,
+    in the same order). `house0` / `realized0` are unused and kept for the call signature.
+    """
+    margin = pos_margin[b, t]
+    if liquidation:
+        payout = 0.0
+        fee = 0.0
+        cash[b] = cash[b] + payout
+        fees_paid[b] = fees_paid[b] + fee
+        fees_collected[b] = fees_collected[b] + fee
+        house_cash[b] += margin - payout - fee
+        realized_pnl[b] += payout - margin
+    else:
+        s = pos_side[b, t]
+        pnl = s * (perp_price[b, t] / pos_entry[b, t] - 1.0) * pos_notional[b, t]
+        fee = _fee(fee_rate, min_fee, pos_notional[b, t] * perp_price[b, t] / pos_entry[b, t])
+        payout = _fmax(margin + pnl - fee, 0.0)
+        fee = _fmin(fee, margin + _fmax(pnl, -margin))
+        fee = _fmax(fee, 0.0)
+        cash[b] += payout
+        fees_paid[b] += fee
+        fees_collected[b] += fee
+        house_cash[b] += margin - payout - fee
+        realized_pnl[b] += payout - margin
+    pos_side[b, t] = 0
+    pos_notional[b, t] = 0.0
+    pos_entry[b, t] = 0.0
+    pos_leverage[b, t] = 0.0
+    pos_margin[b, t] = 0.0
+    return payout, fee
+
+
+@_jit_inline
+def _ring6(count, a1, a2, a3, a4, a5, a6, b, v1, v2, v3, v4, v5, v6):
+    slot = count[b] % _R
+    a1[b, slot] = v1
+    a2[b, slot] = v2
+    a3[b, slot] = v3
+    a4[b, slot] = v4
+    a5[b, slot] = v5
+    a6[b, slot] = v6
+    count[b] += 1
+
+
+@_jit_inline
+def _ring5(count, a1, a2, a3, a4, a5, b, v1, v2, v3, v4, v5):
+    slot = count[b] % _R
+    a1[b, slot] = v1
+    a2[b, slot] = v2
+    a3[b, slot] = v3
+    a4[b, slot] = v4
+    a5[b, slot] = v5
+    count[b] += 1
+
+
+@_jit
+def _kernel(pf, pi, beh, cf,
+            kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
+            out_f, out_i, out_b,
+            tick, key, pm_yes, pm_no, pm_collateral, pm_house_yes, pm_house_no, pm_truth, pm_outcome,
+            pm_open_tick, pm_resolve_tick, pm_serial, pm_last_price, pm_npc_flow, next_serial,
+            cash, hold_yes, hold_no, cost_yes, cost_no, realized_pnl, fees_paid,
+            perp_price, perp_prev_price, perp_ema, perp_funding, pos_side, pos_notional, pos_entry,
+            pos_leverage, pos_margin, pos_serial, next_pos_serial,
+            narr_active, narr_ticker, narr_sign, narr_tick, narr_mag,
+            npc_cash, npc_yes, npc_no, npc_rep, npc_claims,
+            news_acc, post_acc, group_acc, perp_news_acc,
+            joined, posts_created, dms_sent, followers, reputation,
+            news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal,
+            post_count, post_tick, post_author, post_target, post_serial, post_signal,
+            tip_count, tip_tick, tip_group, tip_target, tip_serial, tip_signal,
+            house_cash, fees_collected):
+    nb = tick.shape[0]
+    # The numpy path rejects the whole batch before touching any world.
+    for b in range(nb):
+        if kind[b] < 0 or kind[b] > _MAX_KIND:
+            return False
+    fee_rate, min_fee, min_order, max_leverage = pf[0], pf[1], pf[2], pf[3]
+    sigma, news_rate, post_rate, tip_rate, npc_trade_rate, narrative_rate, liq = (
+        pf[4], pf[5], pf[6], pf[7], pf[8], pf[9], pf[10])
+    m, np_, k, g, dmin, dmax, funding_interval = pi[0], pi[1], pi[2], pi[3], pi[4], pi[5], pi[6]
+    # engine._Cols
+    o_perp = 0
+    o_narr = 2 * np_
+    o_leak = o_narr + 5
+    o_news = o_leak + 2
+    o_post = o_news + 4
+    o_tip = o_post + 4
+    o_npc = o_tip + 3 * g
+    total = o_npc + 6 * k
+    leak_weight = cf[15]
+    sigma_drift = -0.5 * sigma * sigma
+    # Sums over NPCs run along a middle axis (plain accumulation) unless M == 1, where numpy drops the
+    # market axis and the NPC axis becomes the contiguous one (pairwise).
+    k_pairwise = m == 1
+
+    u = np.empty(total)
+    u4 = np.empty(4)
+    buf = np.empty(max(m, np_, k, 8))
+    ret = np.empty(np_)
+    payment = np.empty(np_)
+    hit = np.zeros(np_, dtype=np.bool_)
+    lmove = np.empty(m)
+    spend_yes = np.empty((k, m))
+    spend_no = np.empty((k, m))
+    amt = np.empty(k)
+    tot_yes = np.empty(m)
+    tot_no = np.empty(m)
+    per_usd = np.empty(m)
+    fee_m = np.empty(m)
+    ts = np.empty(m, dtype=np.int64)
+    due = np.zeros(m, dtype=np.bool_)
+    ap = np.empty(m)
+    npc_pay = np.empty((k, m))
+    npc_pay_m = np.empty(m)
+    kbuf = np.empty(k)
+
+    for b in range(nb):
+        # ------------------------------------------------------------------ the agent's action
+        eq0 = _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
+                      pos_notional, perp_price, buf)
+        err = pre_error[b]
+        ea = float(pre_a[b])
+        eb = float(pre_b[b])
+        r_shares = 0.0
+        r_usd = 0.0
+        r_fee = 0.0
+        kd = kind[b]
+        tg = target[b]
+        if err == 0:
+            if kd == 1:  # BUY_PREDICTION
+                amount_b = float(amount[b])
+                bad = tg < 0 or tg >= m
+                mm = 0 if bad else tg
+                if bad:
+                    err = 1
+                elif not _isfinite(amount_b) or amount_b <= 0:
+                    err = 17
+                elif amount_b < min_order:
+                    err = 2
+                elif amount_b > cash[b]:
+                    err = 3
+                ea = float(tg) if bad else amount_b
+                eb = cash[b] if err == 3 else min_order
+                if err == 0:
+                    yes = side[b] == 0
+                    fee = _fee(fee_rate, min_fee, amount_b)
+                    net = amount_b - fee
+                    same = pm_yes[b, mm] if yes else pm_no[b, mm]
+                    other = pm_no[b, mm] if yes else pm_yes[b, mm]
+                    kk_ = same * other
+                    new_other = other + net
+                    new_same = kk_ / new_other
+                    shares = same + net - new_same
+                    pm_yes[b, mm] = new_same if yes else new_other
+                    pm_no[b, mm] = new_other if yes else new_same
+                    pm_collateral[b, mm] += net
+                    cash[b] -= amount_b
+                    fees_paid[b] += fee
+                    fees_collected[b] += fee
+                    hold_yes[b, mm] += shares if yes else 0.0
+                    hold_no[b, mm] += 0.0 if yes else shares
+                    cost_yes[b, mm] += amount_b if yes else 0.0
+                    cost_no[b, mm] += 0.0 if yes else amount_b
+                    r_shares, r_usd, r_fee = shares, amount_b, fee
+            elif kd == 2:  # SELL_PREDICTION
+                req = float(amount[b])
+                bad = tg < 0 or tg >= m
+                mm = 0 if bad else tg
+                yes = side[b] == 0
+                held = hold_yes[b, mm] if yes else hold_no[b, mm]
+                over = req > held * (1.0 + 1e-9) + 1e-12
+                shares = _fmin(req, held)
+                same = pm_yes[b, mm] if yes else pm_no[b, mm]
+                other = pm_no[b, mm] if yes else pm_yes[b, mm]
+                sh = shares if _isfinite(shares) else 0.0
+                a_ = same + sh + other
+                disc = _fmax(a_ * a_ - 4.0 * sh * other, 0.0)
+                gross = (2.0 * sh * other) / (a_ + math.sqrt(disc))
+                new_same = same + sh - gross
+                new_other = other - gross
+                fee = _fee(fee_rate, min_fee, gross)
+                if bad:
+                    err = 1
+                elif held <= 0:
+                    err = 4
+                elif not _isfinite(req) or req <= 0:
+                    err = 17
+                elif over:
+                    err = 5
+                elif gross <= fee:
+                    err = 18
+                ea = gross if err == 18 else (float(tg) if bad else req)
+                eb = fee if err == 18 else held
+                if err == 0:
+                    pm_yes[b, mm] = new_same if yes else new_other
+                    pm_no[b, mm] = new_other if yes else new_same
+                    pm_collateral[b, mm] -= gross
+                    cash[b] += gross - fee
+                    fees_paid[b] += fee
+                    fees_collected[b] += fee
+                    cost = cost_yes[b, mm] if yes else cost_no[b, mm]
+                    cost_sold = cost * shares / held
+                    realized_pnl[b] += gross - fee - cost_sold
+                    if yes:
+                        hold_yes[b, mm] = _fmax(held - shares, 0.0)
+                    else:
+                        hold_no[b, mm] = _fmax(held - shares, 0.0)
+                    cost_yes[b, mm] -= cost_sold if yes else 0.0
+                    cost_no[b, mm] -= 0.0 if yes else cost_sold
+                    r_shares, r_usd, r_fee = shares, gross - fee, fee
+            elif kd == 3:  # OPEN_PERP
+                notional = float(amount[b])
+                lev = float(leverage[b])
+                bad = tg < 0 or tg >= np_
+                t = 0 if bad else tg
+                margin = notional / (lev if lev >= 1 else 1.0)
+                fee = _fee(fee_rate, min_fee, notional if _isfinite(notional) else 0.0)
+                if bad:
+                    err = 6
+                elif not _isfinite(notional) or notional <= 0 or not _isfinite(lev):
+                    err = 17
+                elif notional < min_order:
+                    err = 2
+                elif lev < 1.0:
+                    err = 9
+                elif lev > max_leverage:
+                    err = 8
+                elif pos_side[b, t] != 0:
+                    err = 7
+                elif margin + fee > cash[b]:
+                    err = 10
+                is_lev = err == 9 or err == 8
+                if bad:
+                    ea = float(tg)
+                elif is_lev:
+                    ea = lev
+                elif err == 10:
+                    ea = margin + fee
+                else:
+                    ea = notional
+                if is_lev:
+                    eb = max_leverage
+                elif err == 10:
+                    eb = cash[b]
+                else:
+                    eb = min_order
+                if err == 0:
+                    cash[b] -= margin + fee
+                    fees_paid[b] += fee
+                    fees_collected[b] += fee
+                    pos_side[b, t] = 1 if side[b] == 0 else -1
+                    pos_notional[b, t] = notional
+                    pos_entry[b, t] = perp_price[b, t]
+                    pos_leverage[b, t] = lev
+                    pos_margin[b, t] = margin
+                    pos_serial[b, t] = next_pos_serial[b]
+                    next_pos_serial[b] += 1
+                    r_usd, r_fee = margin, fee
+            elif kd == 4:  # CLOSE_PERP
+                bad = tg < 0 or tg >= np_
+                t = 0 if bad else tg
+                if bad:
+                    err = 6
+                elif pos_side[b, t] == 0:
+                    err = 11
+                ea = float(tg)
+                if err == 0:
+                    r_usd, r_fee = _settle(b, t, False, fee_rate, min_fee, cash, fees_paid, fees_collected,
+                                           house_cash, realized_pnl, pos_side, pos_notional, pos_entry,
+                                           pos_leverage, pos_margin, perp_price, 0.0, 0.0)
+            elif kd == 5:  # JOIN_GROUP
+                bad = tg < 0 or tg >= g
+                tt = 0 if bad else tg
+                if bad:
+                    err = 12
+                elif joined[b, tt]:
+                    err = 13
+                ea = float(tg)
+                if err == 0:
+                    joined[b, tt] = True
+            elif kd == 6:  # CREATE_POST
+                posts_created[b] += 1
+                followers[b] += 1 + np.int64(reputation[b] // 25)
+                reputation[b] = _fmin(reputation[b] + 0.5, 100.0)
+            elif kd == 7:  # SEND_DM
+                bad = tg < 0 or tg >= k
+                err = 15 if bad else 0
+                ea = float(tg)
+                if not bad:
+                    dms_sent[b] += 1
+        success = err == 0
+        eq_mid = _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
+                         pos_notional, perp_price, buf)
+        expo = _exposure(b, m, np_, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_notional, perp_price,
+                         buf)
+        out_f[0, b] = ea
+        out_f[1, b] = eb
+        out_f[2, b] = r_shares
+        out_f[3, b] = r_usd
+        out_f[4, b] = r_fee
+        out_f[5, b] = eq0
+        out_f[8, b] = expo / _fmax(eq_mid, 1e-9)
+        out_f[9, b] = float(leverage[b]) if kd == 3 else 0.0
+        out_i[0, b] = err
+        out_b[0, b] = success
+        out_b[1, b] = success and (kd == 1 or kd == 3)
+
+        # ------------------------------------------------------------------ the world's tick
+        now = tick[b] + 1
+        _uniforms(key[b], _U64(now), total, u)
+        for j in range(m):
+            opening = pm_no[b, j] / (pm_yes[b, j] + pm_no[b, j])
+            lmove[j] = opening - pm_last_price[b, j]
+            pm_last_price[b, j] = opening
+
+        # _advance_perps
+        for t in range(np_):
+            z = _normal(u[o_perp + t], u[o_perp + np_ + t])
+            ret[t] = sigma_drift + sigma * z
+        fire = narr_active[b] and narr_tick[b] <= now
+        if fire:
+            tk = narr_ticker[b]
+            ret[tk] += narr_sign[b] * narr_mag[b]
+            _ring6(news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal, b,
+                   now, 2, tk, 0, 0, np.int64(narr_sign[b]))
+            perp_news_acc[b, tk] = 0.0
+            narr_active[b] = False
+        for t in range(np_):
+            perp_prev_price[b, t] = perp_price[b, t]
+            perp_price[b, t] *= math.exp(ret[t])
+            perp_ema[b, t] += 0.08 * (perp_price[b, t] - perp_ema[b, t])
+            perp_news_acc[b, t] *= _PERP_NEWS_DECAY
+        if narr_active[b] and u[o_leak] < _LEAK_RATE:
+            sgn = narr_sign[b] if u[o_leak + 1] < _LEAK_RELIABILITY else -narr_sign[b]
+            tk = narr_ticker[b]
+            perp_news_acc[b, tk] += sgn * leak_weight
+            _ring6(news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal, b,
+                   now, 1, tk, 0, 2, np.int64(sgn))
+        if not narr_active[b] and not fire and u[o_narr] < narrative_rate:
+            narr_active[b] = True
+            narr_ticker[b] = np.int64(math.floor(u[o_narr + 1] * np_))
+            narr_sign[b] = 1.0 if u[o_narr + 2] < 0.5 else -1.0
+            narr_tick[b] = now + 6 + np.int64(math.floor(u[o_narr + 3] * 15))
+            narr_mag[b] = 0.04 + 0.08 * u[o_narr + 4]
+
+        # _funding_and_liquidation
+        if now % funding_interval == 0:
+            for t in range(np_):
+                rate = 1e-4 + 0.05 * math.log(perp_price[b, t] / perp_ema[b, t])
+                perp_funding[b, t] = _fmin(_fmax(rate, -3e-3), 3e-3)
+                s = pos_side[b, t]
+                current = pos_notional[b, t] * perp_price[b, t] / (pos_entry[b, t] if s != 0 else 1.0)
+                payment[t] = s * current * perp_funding[b, t]
+                pos_margin[b, t] -= payment[t]
+            house_cash[b] += _psum(payment, np_)
+        n_hit = 0
+        for t in range(np_):
+            s = pos_side[b, t]
+            lev = pos_leverage[b, t] if s != 0 else 1.0
+            entry = pos_entry[b, t]
+            liq_long = entry * (1.0 - 0.9 / lev)
+            liq_short = entry * (1.0 + 0.9 / lev)
+            px = perp_price[b, t]
+            h = (s == 1 and px <= liq_long) or (s == -1 and px >= liq_short)
+            e1 = entry if s != 0 else 1.0
+            upnl = s * (px / e1 - 1.0) * pos_notional[b, t]
+            h = h or (s != 0 and pos_margin[b, t] + upnl <= 0)
+            hit[t] = h
+            n_hit += 1 if h else 0
+        if n_hit:
+            house0 = house_cash[b]
+            realized0 = realized_pnl[b]
+            for t in range(np_):
+                if hit[t]:
+                    _settle(b, t, True, fee_rate, min_fee, cash, fees_paid, fees_collected, house_cash,
+                            realized_pnl, pos_side, pos_notional, pos_entry, pos_leverage, pos_margin, perp_price,
+                            house0, realized0)
+        out_i[2, b] = n_hit
+
+        # _npc_trades
+        for j in range(m):
+            tot_yes[j] = 0.0
+            tot_no[j] = 0.0
+        for i in range(k):
+            c0 = u[o_npc + i]
+            c1 = u[o_npc + k + i]
+            c2 = u[o_npc + 2 * k + i]
+            c3 = u[o_npc + 3 * k + i]
+            c4 = u[o_npc + 4 * k + i]
+            c5 = u[o_npc + 5 * k + i]
+            mk = min(np.int64(math.floor(c1 * m)), m - 1)
+            price = pm_no[b, mk] / (pm_yes[b, mk] + pm_no[b, mk])
+            move = lmove[mk]
+            belief = pm_truth[b, mk] + _INFORMED_NOISE * _normal(c2, c3)
+            gap = belief - price
+            bh = beh[i]
+            if bh == _INFORMED or bh == _DECEIVER:  # noqa: SIM109 (a plain comparison for numba)
+                side_yes = gap > 0
+                size = _fmin(_fmax(2500.0 * (abs(gap) - 0.02), 0.0), 400.0) * (0.5 if bh == _DECEIVER else 1.0)
+            elif bh == _MOMENTUM:
+                side_yes = move > 0
+                size = 50.0 + 100.0 * c5 if abs(move) > 1e-4 else 0.0
+            else:
+                side_yes = c4 < 0.5
+                size = 20.0 + 180.0 * c5
+            a_i = _fmin(size, npc_cash[b, i]) if c0 < npc_trade_rate else 0.0
+            amt[i] = a_i
+            for j in range(m):
+                on = j == mk
+                spend_yes[i, j] = a_i if (side_yes and on) else 0.0
+                spend_no[i, j] = a_i if ((not side_yes) and on) else 0.0
+        for j in range(m):
+            if k_pairwise:
+                for i in range(k):
+                    kbuf[i] = spend_yes[i, j]
+                tot_yes[j] = _psum(kbuf, k)
+                for i in range(k):
+                    kbuf[i] = spend_no[i, j]
+                tot_no[j] = _psum(kbuf, k)
+            else:
+                for i in range(k):
+                    tot_yes[j] += spend_yes[i, j]
+                    tot_no[j] += spend_no[i, j]
+        for i in range(k):
+            npc_cash[b, i] -= amt[i]
+        for j in range(m):
+            pm_npc_flow[b, j] = (tot_yes[j] - tot_no[j]) / liq
+        yes_first = now % 2 == 0
+        for phase in range(2):
+            buy_yes = yes_first if phase == 0 else not yes_first
+            for j in range(m):
+                spend = tot_yes[j] if buy_yes else tot_no[j]
+                fee = fee_rate * spend
+                net = spend - fee
+                same = pm_yes[b, j] if buy_yes else pm_no[b, j]
+                other = pm_no[b, j] if buy_yes else pm_yes[b, j]
+                kk_ = same * other
+                new_other = other + net
+                new_same = kk_ / new_other
+                shares = same + net - new_same
+                if not spend > 0:  # markets nobody bought in keep their pools exactly, as in the engine
+                    new_same, new_other = same, other
+                pm_yes[b, j] = new_same if buy_yes else new_other
+                pm_no[b, j] = new_other if buy_yes else new_same
+                pm_collateral[b, j] += net
+                fee_m[j] = fee
+                per_usd[j] = shares / spend if spend > 0 else 0.0
+            fees_collected[b] += _psum(fee_m, m)
+            for i in range(k):
+                for j in range(m):
+                    if buy_yes:
+                        npc_yes[b, i, j] += spend_yes[i, j] * per_usd[j]
+                        npc_no[b, i, j] += 0.0
+                    else:
+                        npc_yes[b, i, j] += 0.0
+                        npc_no[b, i, j] += spend_no[i, j] * per_usd[j]
+
+        # _information
+        for j in range(m):
+            news_acc[b, j] *= _SIGNAL_DECAY
+            post_acc[b, j] *= _SIGNAL_DECAY
+            ts[j] = 1 if pm_outcome[b, j] == 1 else -1
+        for gg in range(group_acc.shape[1]):
+            for j in range(m):
+                group_acc[b, gg, j] *= _SIGNAL_DECAY
+        if u[o_news] < news_rate:
+            mk = min(np.int64(math.floor(u[o_news + 1] * m)), m - 1)
+            x = u[o_news + 2]
+            src = 0
+            for q in range(3):
+                if cf[3 + q] <= x:
+                    src = q + 1
+            src = min(max(src, 0), 2)
+            sgn_i = ts[mk] if u[o_news + 3] < cf[6 + src] else -ts[mk]
+            news_acc[b, mk] += sgn_i * cf[src]
+            _ring6(news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal, b,
+                   now, 0, mk, pm_serial[b, mk], src, sgn_i)
+        if u[o_post] < post_rate:
+            author = min(np.int64(math.floor(u[o_post + 1] * k)), k - 1)
+            mk = min(np.int64(math.floor(u[o_post + 2] * m)), m - 1)
+            bh = beh[author]
+            honesty = 0.8 if bh == _INFORMED else (0.2 if bh == _DECEIVER else 0.5)
+            sgn_i = ts[mk] if u[o_post + 3] < honesty else -ts[mk]
+            credibility = _fmin(_fmax((npc_rep[b, author] - 50.0) / 50.0, -1.0), 1.0)
+            post_acc[b, mk] += sgn_i * credibility
+            npc_claims[b, author, mk] += sgn_i
+            _ring5(post_count, post_tick, post_author, post_target, post_serial, post_signal, b,
+                   now, author, mk, pm_serial[b, mk], sgn_i)
+        for grp in range(g):
+            if u[o_tip + 3 * grp] < tip_rate:
+                mk = min(np.int64(math.floor(u[o_tip + 3 * grp + 1] * m)), m - 1)
+                sgn_i = ts[mk] if u[o_tip + 3 * grp + 2] < cf[12 + grp] else -ts[mk]
+                group_acc[b, grp, mk] += sgn_i * cf[9 + grp]
+                _ring5(tip_count, tip_tick, tip_group, tip_target, tip_serial, tip_signal, b,
+                       now, grp, mk, pm_serial[b, mk], sgn_i)
+        tick[b] = now
+
+        # _resolve_markets
+        n_due = 0
+        for j in range(m):
+            d = pm_resolve_tick[b, j] <= now
+            due[j] = d
+            n_due += 1 if d else 0
+            ap[j] = (hold_yes[b, j] if pm_outcome[b, j] == 1 else hold_no[b, j]) if d else 0.0
+        payout = _psum(ap, m)
+        cash[b] += payout
+        for j in range(m):
+            buf[j] = ap[j] - cost_yes[b, j] - cost_no[b, j] if due[j] else 0.0
+        realized_pnl[b] += _psum(buf, m)
+        for j in range(m):
+            if due[j]:
+                hold_yes[b, j] = 0.0
+                hold_no[b, j] = 0.0
+                cost_yes[b, j] = 0.0
+                cost_no[b, j] = 0.0
+        for i in range(k):
+            for j in range(m):
+                yw = pm_outcome[b, j] == 1
+                npc_pay[i, j] = (npc_yes[b, i, j] if yw else npc_no[b, i, j]) if due[j] else 0.0
+            npc_cash[b, i] += _psum(npc_pay[i], m)
+            for j in range(m):
+                c = npc_claims[b, i, j]
+                sg = 1.0 if c > 0 else (-1.0 if c < 0 else (0.0 if c == 0 else c))
+                buf[j] = sg * (1.0 if pm_outcome[b, j] == 1 else -1.0) if due[j] else 0.0
+            rep = npc_rep[b, i] + _REP_STEP * _psum(buf, m)
+            npc_rep[b, i] = _fmin(_fmax(rep, 0.0), 100.0)
+            for j in range(m):
+                if due[j]:
+                    npc_yes[b, i, j] = 0.0
+                    npc_no[b, i, j] = 0.0
+        for j in range(m):
+            if k_pairwise:
+                for i in range(k):
+                    kbuf[i] = npc_pay[i, j]
+                npc_pay_m[j] = _psum(kbuf, k)
+            else:
+                acc = 0.0
+                for i in range(k):
+                    acc += npc_pay[i, j]
+                npc_pay_m[j] = acc
+            buf[j] = pm_collateral[b, j] - ap[j] - npc_pay_m[j] if due[j] else 0.0
+        house_cash[b] += _psum(buf, m)
+        # _open_markets(due)
+        opened = 0
+        for j in range(m):
+            if not due[j]:
+                continue
+            pm_collateral[b, j] = 0.0
+            serial = next_serial[b] + opened
+            opened += 1
+            _uniforms(key[b], _U64(_MARKET_STREAM + serial), 4, u4)
+            truth = 0.1 + 0.8 * u4[0]
+            p0 = 0.3 + 0.4 * u4[2]
+            life = dmin + np.int64(math.floor(u4[3] * (dmax - dmin + 1)))
+            pool_yes = 2.0 * liq * (1.0 - p0)
+            pool_no = 2.0 * liq * p0
+            collateral = _fmax(pool_yes, pool_no)
+            pm_yes[b, j] = pool_yes
+            pm_no[b, j] = pool_no
+            pm_collateral[b, j] = collateral
+            pm_house_yes[b, j] = collateral - pool_yes
+            pm_house_no[b, j] = collateral - pool_no
+            house_cash[b] -= collateral
+            pm_truth[b, j] = truth
+            pm_outcome[b, j] = 1 if u4[1] < truth else 0
+            pm_open_tick[b, j] = now
+            pm_resolve_tick[b, j] = now + life
+            pm_serial[b, j] = serial
+            pm_last_price[b, j] = p0
+            pm_npc_flow[b, j] = 0.0
+            news_acc[b, j] = 0.0
+            post_acc[b, j] = 0.0
+            for gg in range(group_acc.shape[1]):
+                group_acc[b, gg, j] = 0.0
+            for i in range(npc_claims.shape[1]):
+                npc_claims[b, i, j] = 0.0
+        next_serial[b] += opened
+        out_i[1, b] = n_due
+        out_f[10, b] = payout
+
+        eq1 = _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
+                      pos_notional, perp_price, buf)
+        out_f[6, b] = eq1
+        out_f[7, b] = eq1 - eq0
+        out_b[2, b] = eq1 < min_fee
+    return True
+
+
+_STATE_FIELDS = tuple(f.name for f in fields(WorldState))
+_state_arrays = operator.attrgetter(*_STATE_FIELDS)
+_KERNEL_PY = getattr(_kernel, "py_func", _kernel)
+if tuple(inspect.signature(_KERNEL_PY).parameters)[15:] != _STATE_FIELDS:  # pragma: no cover
+    raise ImportError("rlaif_gym.sim.fast._kernel's parameters no longer match WorldState's fields")
+
+
+@functools.lru_cache(maxsize=32)
+def _param_arrays(params: WorldParams):
+    pf = np.array([float(getattr(params, n)) for n in _PF])
+    pi = np.array([int(getattr(params, n)) for n in _PI], dtype=np.int64)
+    beh = engine.npc_behaviours(params)
+    src_w = engine._SOURCE_WEIGHT
+    cum = np.cumsum(engine._NEWS_SOURCE_PROBS)
+    rel = np.array([s[1] for s in NEWS_SOURCES])
+    grp_w = np.zeros(3)
+    grp_w[: len(engine._GROUP_WEIGHT)] = engine._GROUP_WEIGHT
+    grp_r = np.zeros(3)
+    grp_r[: len(GROUP_NAMES)] = [gname[1] for gname in GROUP_NAMES]
+    cf = np.concatenate([src_w, cum, rel, grp_w, grp_r, [engine._LEAK_WEIGHT]])
+    for arr in (pf, pi, beh, cf):
+        arr.setflags(write=False)
+    return pf, pi, beh, cf
+
+
+def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine.StepOutcome:
+    """`engine.step`, compiled: apply one action per world, advance every world one tick, report.
+
+    Mutates `state` in place (every array, `npc_rep` included, is updated in place rather than
+    rebound). Falls back to `engine.step` when numba is not installed.
+    """
+    if numba is None:
+        return engine.step(state, actions, params)
+    b = state.tick.shape[0]
+    pf, pi, beh, cf = _param_arrays(params)
+    out_f = np.empty((len(_OF), b))
+    out_i = np.empty((len(_OI), b), dtype=np.int64)
+    out_b = np.empty((len(_OB), b), dtype=np.bool_)
+    a = actions
+    ok = _kernel(pf, pi, beh, cf, a.kind, a.target, a.side, a.amount, a.leverage, a.pre_error, a.pre_a, a.pre_b,
+                 out_f, out_i, out_b, *_state_arrays(state))
+    if not ok:
+        raise InvalidActionError(f"ActionBatch.kind must hold ActionType codes 0..{_MAX_KIND}, "
+                                 f"got {sorted(set(a.kind.tolist()))}; build batches with ActionBatch.from_actions")
+    e_a, e_b, shares, usd, fee, eq0, eq1, pnl, ratio, lev, payout = out_f
+    error, resolved, liquidated = out_i
+    success, added, bankrupt = out_b
+    return engine.StepOutcome(
+        success=success, error=error, error_a=e_a, error_b=e_b, filled_shares=shares, filled_usd=usd, fee=fee,
+        equity_before=eq0, equity_after=eq1, pnl_delta=pnl, added_exposure=added, exposure_ratio=ratio,
+        leverage_requested=lev, resolved=resolved, payout=payout, liquidated=liquidated, bankrupt=bankrupt,
+    )

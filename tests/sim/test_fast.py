@@ -1,0 +1,159 @@
+"""The numba fast path (`rlaif_gym.sim.fast.step`) against the numpy reference (`rlaif_gym.sim.step`).
+
+Random action sequences over whole episodes (buys, sells of fractions of the holding, opens, closes,
+joins, posts, DMs, and failures of every kind: bad targets, NaN/inf/negative amounts, leverage out of
+range, pre-errors) run through both paths from the same reset; after every step every integer and
+boolean field of the state and the outcome must be equal, and every float field equal or within a
+relative 1e-9 (exp/log/log1p come from different libraries and may differ in the last bit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import pytest
+
+from rlaif_gym.errors import InvalidActionError
+from rlaif_gym.sim import ActionBatch, StepOutcome, WorldParams, WorldState, draw_keys, fast, reset, step
+
+pytestmark = [
+    pytest.mark.skipif(not fast.available(), reason="numba is not installed (pip install rlaif-gym[fast])"),
+    pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
+]
+
+RTOL = 1e-9
+NAN, INF = float("nan"), float("inf")
+_SPECIAL_AMOUNTS = np.array([0.0, -1.0, NAN, INF, -INF, 0.5, 1e-300, 0.99, 1.0, 1e6, 1e300])
+_SPECIAL_LEVS = np.array([0.0, 0.5, 0.999, -2.0, 1.0, 10.0, 10.000001, 11.0, NAN, INF])
+
+
+def _random_actions(rng: np.random.Generator, state: WorldState, params: WorldParams) -> ActionBatch:
+    """One action per world, drawn to hit every action type and every failure."""
+    b = state.batch_size
+    kind = rng.choice(8, size=b, p=[0.12, 0.22, 0.2, 0.16, 0.12, 0.06, 0.06, 0.06]).astype(np.int64)
+    target = rng.integers(0, 8, size=b)
+    bad = rng.random(b) < 0.06
+    target[bad] = rng.choice([-1, -7, 3, 4, 5, 8, 16, 2**31], size=bad.sum())
+    side = rng.integers(0, 2, size=b)
+    amount = np.where(rng.random(b) < 0.5, rng.uniform(1.0, 4000.0, b), rng.uniform(1.0, 500.0, b))
+    special = rng.random(b) < 0.08
+    amount[special] = rng.choice(_SPECIAL_AMOUNTS, size=special.sum())
+    leverage = rng.uniform(1.0, params.max_leverage, b)
+    special = rng.random(b) < 0.1
+    leverage[special] = rng.choice(_SPECIAL_LEVS, size=special.sum())
+    # Sells: mostly a fraction of what is held (all of it, a hair above it, half, more than held).
+    for w in np.nonzero(kind == 2)[0]:
+        m = target[w] % params.num_markets if 0 <= target[w] < 2**31 else 0
+        if rng.random() < 0.8 and 0 <= target[w] < params.num_markets:
+            held = (state.hold_yes if side[w] == 0 else state.hold_no)[w, m]
+            amount[w] = held * rng.choice([1.0, 1.0 + 5e-10, 0.5, 0.1, 1e-6, 1.5])
+    # Perp targets mostly in range; closes mostly on an open position.
+    perp = (kind == 3) | (kind == 4)
+    target[perp & ~bad] %= params.num_perps
+    pre_error = np.where(rng.random(b) < 0.03, rng.choice([1, 6, 14, 16, 19], size=b), 0).astype(np.int64)
+    return ActionBatch(kind=kind, target=target.astype(np.int64), side=side.astype(np.int64), amount=amount,
+                       leverage=leverage, pre_error=pre_error, pre_a=rng.uniform(0, 10, b), pre_b=np.zeros(b))
+
+
+def _close(name: str, a: np.ndarray, b: np.ndarray, worst: dict, scale=0.0) -> None:
+    """Integers and booleans equal; floats equal or within RTOL of max(|a|, |b|, scale)."""
+    assert a.shape == b.shape and a.dtype == b.dtype, (name, a.shape, b.shape, a.dtype, b.dtype)
+    if a.dtype.kind == "f":
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(a - b)
+            rel = np.where(same, 0.0, diff / np.maximum(np.maximum(np.abs(a), np.abs(b)), scale))
+        rel = np.where(np.isnan(rel), np.inf, rel)
+        worst[name] = max(worst.get(name, 0.0), float(rel.max(initial=0.0)))
+        assert np.all(rel <= RTOL), f"{name}: max relative difference {rel.max():.3g}"
+    else:
+        assert np.array_equal(a, b), f"{name} differs at {np.argwhere(a != b)[:5].tolist()}"
+
+
+def _compare(ref_state, fast_state, ref_out, fast_out, worst):
+    for f in fields(WorldState):
+        _close(f.name, getattr(ref_state, f.name), getattr(fast_state, f.name), worst)
+    for f in fields(StepOutcome):
+        # pnl_delta is a difference of two equities: measure its error against the equity.
+        scale = np.abs(ref_out.equity_before) if f.name == "pnl_delta" else 0.0
+        _close("out." + f.name, getattr(ref_out, f.name), getattr(fast_out, f.name), worst, scale)
+
+
+def _run(params: WorldParams, seed: int, b: int, steps: int) -> dict:
+    rng = np.random.default_rng(seed)
+    keys = draw_keys(rng, b)
+    ref = reset(params, keys)
+    fst = reset(params, keys)
+    worst: dict = {}
+    seen = {"errors": set(), "succeeded": set(), "liquidated": 0, "resolved": 0, "bankrupt": 0, "fired": 0}
+    for _ in range(steps):
+        a = _random_actions(rng, ref, params)
+        ro = step(ref, a, params)
+        fo = fast.step(fst, a, params)
+        _compare(ref, fst, ro, fo, worst)
+        seen["errors"] |= set(ro.error.tolist())
+        seen["succeeded"] |= set(a.kind[ro.success].tolist())
+        seen["liquidated"] += int(ro.liquidated.sum())
+        seen["resolved"] += int(ro.resolved.sum())
+        seen["bankrupt"] += int(ro.bankrupt.sum())
+        seen["fired"] += int((ref.news_kind == 2).sum())
+    return worst, seen
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fast_step_matches_numpy_over_episodes(seed):
+    worst, seen = _run(WorldParams(), seed, b=8, steps=168)
+    assert max(worst.values()) <= RTOL
+    # The episodes exercised every action type and most failures.
+    assert seen["succeeded"] >= set(range(8)), seen
+    assert len(seen["errors"]) >= 14, seen
+    assert seen["resolved"] > 0 and seen["fired"] > 0, seen
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        WorldParams(num_markets=1, num_perps=1, num_npcs=9, num_groups=1),  # K sums pairwise when M == 1
+        WorldParams(num_markets=12, num_perps=5, num_npcs=20, num_groups=2, funding_interval=3,
+                    market_duration_min=3, market_duration_max=6, max_leverage=50.0, perp_volatility=0.05,
+                    narrative_rate=0.5),  # pairwise sums over M >= 8, frequent resolutions and liquidations
+        WorldParams(num_markets=16, num_npcs=64, fee_rate=0.0, min_fee=0.0, tip_rate=1.0, news_rate=1.0),
+    ],
+    ids=["m1", "m12-volatile", "m16-k64"],
+)
+def test_fast_step_matches_numpy_other_params(params):
+    worst, seen = _run(params, 7, b=6, steps=100)
+    assert max(worst.values()) <= RTOL
+    if params.perp_volatility > 0.01:
+        assert seen["liquidated"] > 0, seen
+
+
+def test_fast_step_rejects_bad_kinds_without_touching_state():
+    params = WorldParams()
+    state = reset(params, np.array([1, 2], dtype=np.uint64))
+    before = state.copy()
+    a = ActionBatch.waits(2)
+    a.kind[1] = 99
+    with pytest.raises(InvalidActionError):
+        fast.step(state, a, params)
+    for f in fields(WorldState):
+        assert np.array_equal(getattr(state, f.name), getattr(before, f.name)), f.name
+
+
+def test_fast_step_matches_numpy_when_one_world_loses_two_positions_in_a_tick():
+    params = WorldParams()
+    keys = np.array([11, 12], dtype=np.uint64)
+    ref = reset(params, keys)
+    n = 2
+    for t in range(2):  # a 10x long on perps 0 and 1 in both worlds
+        a = ActionBatch.waits(n)
+        a.kind[:], a.target[:], a.amount[:], a.leverage[:] = 3, t, 1000.0, 10.0
+        assert step(ref, a, params).success.all()
+    ref.perp_price[:, :2] *= 0.5  # a crash: both positions are liquidated at the next tick
+    fst = ref.copy()
+    worst: dict = {}
+    ro = step(ref, ActionBatch.waits(n), params)
+    fo = fast.step(fst, ActionBatch.waits(n), params)
+    assert ro.liquidated.tolist() == [2, 2]
+    _compare(ref, fst, ro, fo, worst)
