@@ -227,6 +227,11 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
             raise ResetNeeded("call reset() before reading the state")
         return self._core.state
 
+    @property
+    def reward_weights(self) -> dict[str, float]:
+        """Every component weight in effect (archetype row, risk = pnl, then config overrides)."""
+        return dict(self._core.weights)
+
     # -- helpers ------------------------------------------------------------------------------
 
     def _validated(self, action) -> np.ndarray:

@@ -104,13 +104,21 @@ class RLAIFTextEnv(RLAIFEnv):
         self.judge = RuleJudge()
         self._view: TickView | None = None
         self._prompt = ""
+        self._numeric: np.ndarray | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start a new episode; returns the first prompt and `info["system_prompt"]`."""
-        _, info = super().reset(seed=seed, options=options)
+        self._numeric, info = super().reset(seed=seed, options=options)
         self._view = build_view(self._core.state, self.params, 0)
         self._prompt = render_prompt(self._view, None)
         return self._prompt, {**info, "system_prompt": self.system_prompt}
+
+    @property
+    def numeric_observation(self) -> np.ndarray:
+        """The numeric face's observation of the current tick (recorded beside the prompt)."""
+        if self._numeric is None:
+            raise ResetNeeded("call reset() before reading the observation")
+        return self._numeric
 
     @property
     def view(self) -> TickView:
@@ -134,6 +142,7 @@ class RLAIFTextEnv(RLAIFEnv):
         verdict = self.judge.score(parsed, self._view, self._prompt)
         extra = {"format": np.array([verdict.format]), "reasoning": np.array([verdict.reasoning])}
         res = self._transition(batch, extra)
+        self._numeric = res.observation[0]
         out = res.outcome
         ok = bool(out.success[0])
         if parsed.action is None:

@@ -256,7 +256,7 @@ class RolloutCollector:
             for t in range(limit):
                 state = base.state
                 equity, cash = info["equity"], info["cash"]
-                numeric = base._core.observe()[0].tolist()
+                numeric = base.numeric_observation.tolist()
                 before = EnvironmentState(
                     agent_balance=equity, agent_pnl=equity - self.config.starting_cash,
                     open_positions=int((state.hold_yes[0] > 0).sum() + (state.hold_no[0] > 0).sum()
@@ -323,8 +323,8 @@ class RolloutCollector:
             posts_created=sum(a.success and a.action_type == "create_post" for a in actions),
             episode_length=len(steps), final_status=status, archetype=self.config.archetype,
             env_id=self.env_id, seed=spec.env_seed, config=self.config.model_dump(mode="json"),
-            package_version=_pkg_version, reward_weights=dict(getattr(base, "_core", None).weights)
-            if getattr(base, "_core", None) else {}, agent=self.agent.describe(), errors=errors,
+            package_version=_pkg_version, reward_weights=base.reward_weights, agent=self.agent.describe(),
+            errors=errors,
             failed_calls=failed_calls,
         )
         traj.quality = validate_trajectory(traj).to_dict()

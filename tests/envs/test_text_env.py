@@ -132,3 +132,14 @@ def test_charset_covers_every_rendered_prompt_over_an_episode():
         prompt, _, term, trunc, _ = env.step(BUY % f"market-{m}" if rng.random() < 0.5 else '{"type":"wait"}')
         if term or trunc:
             break
+
+
+def test_both_faces_show_the_same_world():
+    text, numeric = gym.make("RLAIF-Text-v0").unwrapped, gym.make("RLAIF-v0")
+    text.reset(seed=9)
+    obs, _ = numeric.reset(seed=9)
+    assert np.array_equal(text.numeric_observation, obs)
+    # The same wait in both faces keeps them in lockstep.
+    text.step('<think>nothing yet</think>{"type": "wait"}')
+    obs, *_ = numeric.step([0, 0, 0, 0])
+    assert np.array_equal(text.numeric_observation, obs)
