@@ -21,8 +21,6 @@ __all__ = ["COMPONENT_NAMES", "DEFAULT_WEIGHTS", "combine_components", "resolve_
 
 COMPONENT_NAMES: tuple[str, ...] = ("pnl", "format", "reasoning", "behavior", "risk")
 
-DEFAULT_WEIGHTS: dict[str, float] = {"pnl": 0.5, "format": 0.25, "reasoning": 0.15, "behavior": 0.10, "risk": 0.5}
-"""The original's `default` archetype row (BABYLON.md §5.5), plus risk tied to the pnl weight."""
 
 _PENALTIES = frozenset({"risk"})
 
@@ -71,3 +69,7 @@ def combine_components(components: Mapping[str, np.ndarray], weights: Mapping[st
     if norm <= 0.0:
         return np.zeros_like(np.asarray(total, dtype=np.float64))
     return np.clip(np.asarray(total, dtype=np.float64) / norm, -1.0, 1.0)
+
+
+DEFAULT_WEIGHTS: dict[str, float] = resolve_weights(None)
+"""The original's `default` archetype row (BABYLON.md §5.5), plus risk tied to the pnl weight."""

@@ -12,6 +12,7 @@ implementation of the rules. Randomness comes from `rng.uniforms`, keyed per wor
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -56,9 +57,12 @@ _GROUP_WEIGHT = _logit_weight(np.array([g[1] for g in GROUP_NAMES]))
 _LEAK_WEIGHT = float(_logit_weight(_LEAK_RELIABILITY))
 
 
+@lru_cache(maxsize=32)
 def npc_behaviours(params: WorldParams) -> np.ndarray:
-    """Behaviour code of each NPC, shape (K,)."""
-    return np.array([NPC_ROSTER[k % len(NPC_ROSTER)][1] for k in range(params.num_npcs)], dtype=np.int64)
+    """Behaviour code of each NPC, shape (K,). Cached per params (read-only: do not modify)."""
+    codes = np.array([NPC_ROSTER[k % len(NPC_ROSTER)][1] for k in range(params.num_npcs)], dtype=np.int64)
+    codes.flags.writeable = False
+    return codes
 
 
 @dataclass
@@ -437,7 +441,10 @@ def _apply_actions(state: WorldState, params: WorldParams, a: ActionBatch) -> _R
 
 
 class _Cols:
-    """Column layout of the per-tick uniform draws (fixed, so each phase has its own draws)."""
+    """Column layout of the per-tick uniform draws (fixed, so each phase has its own draws).
+
+    Built once per params (`_cols`), not per step.
+    """
 
     def __init__(self, params: WorldParams) -> None:
         p, g, k = params.num_perps, params.num_groups, params.num_npcs
@@ -448,6 +455,11 @@ class _Cols:
             self.offset[name] = at
             at += n
         self.total = at
+
+
+@lru_cache(maxsize=32)
+def _cols(params: WorldParams) -> _Cols:
+    return _Cols(params)
 
 
 def _ring_write(state: WorldState, prefix: str, w: np.ndarray, **values: np.ndarray) -> None:
@@ -664,7 +676,7 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> StepOu
     exposure_ratio = exposure(state) / np.maximum(eq_mid, 1e-9)
 
     now = state.tick + 1
-    cols = _Cols(params)
+    cols = _cols(params)
     u = rng.uniforms(state.key, now, cols.total)
     opening = yes_price(state.pm_yes, state.pm_no)
     last_move = opening - state.pm_last_price  # the previous tick's move, incl. the agent's own trade

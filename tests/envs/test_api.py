@@ -167,3 +167,23 @@ def test_render_modes_produce_text_and_a_changing_chart():
     later = env.render()
     assert first.dtype == np.uint8 and first.shape[2] == 3 and first.shape == later.shape
     assert not np.array_equal(first, later)
+
+
+def test_config_knows_exactly_the_reward_components():
+    from rlaif_gym.config import REWARD_COMPONENTS
+    from rlaif_gym.rewards import COMPONENT_NAMES, DEFAULT_WEIGHTS
+
+    assert set(REWARD_COMPONENTS) == set(COMPONENT_NAMES) == set(DEFAULT_WEIGHTS)
+    assert DEFAULT_WEIGHTS == {"pnl": 0.5, "format": 0.25, "reasoning": 0.15, "behavior": 0.10, "risk": 0.5}
+
+
+def test_an_episode_has_about_a_dozen_market_resolutions():
+    """The README says 12-14 resolutions per default episode; check the mean over seeds."""
+    from rlaif_gym.envs import RLAIFCore, seed_keys
+
+    core = RLAIFCore(RLAIFEnvConfig(), num_worlds=64)
+    core.reset(seed_keys(range(64)))
+    resolved = np.zeros(64)
+    for _ in range(168):
+        resolved += core.step(np.zeros((64, 4), np.int64)).outcome.resolved
+    assert 12.0 <= resolved.mean() <= 14.0, resolved.mean()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import pickle
 
 import gymnasium as gym
@@ -120,4 +119,3 @@ def test_sync_vector_env_matches_single_envs():
         ref = [e.step(a[i]) for i, e in enumerate(singles)]
         assert np.array_equal(o, np.stack([x[0] for x in ref]))
         assert np.array_equal(r, np.array([x[1] for x in ref]))
-    _ = copy.copy(vec)

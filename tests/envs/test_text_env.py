@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from rlaif_gym import InvalidActionError
 from rlaif_gym.encoding.prompt import PROMPT_CHARSET, cents
 from rlaif_gym.sim import yes_price
 
@@ -117,7 +118,7 @@ def test_a_good_trade_shows_fills_in_the_next_prompt():
 def test_non_string_action_is_a_clear_error():
     env = gym.make("RLAIF-Text-v0")
     env.reset(seed=0)
-    with pytest.raises(Exception, match="reply string"):
+    with pytest.raises(InvalidActionError, match="reply string"):
         env.step([1, 0, 0, 0])
 
 
