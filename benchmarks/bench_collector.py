@@ -1,7 +1,7 @@
 """Throughput of `RolloutCollector` against an LLM that costs 50 ms ± 10 ms per call, next to the ideal.
 
     python benchmarks/bench_collector.py [--seconds 5] [--ks 8 64 256] [--no-http] [--smoke]
-                                         [--budget 300] [--profile]
+                                         [--budget 300] [--profile] [--backend numba]
 
 For each K (episodes in flight = LLM calls in flight = K) one collection, `RolloutCollector(...,
 num_envs=K, max_concurrent_calls=K).collect(episodes=K, seed=0)` with no sink, runs `K` episodes
@@ -55,6 +55,7 @@ from rlaif_gym.rollout import CollectionSummary, RolloutCollector
 LATENCY_S = 0.04  # the fixed part of every call
 JITTER_S = 0.02  # plus uniform [0, JITTER_S]
 MEAN_LATENCY_S = LATENCY_S + JITTER_S / 2
+BACKEND = "numpy"  # the text env's world-step backend; --backend numba sets it
 
 # -- the OpenAI-compatible server ---------------------------------------------------------------
 
@@ -235,8 +236,8 @@ def run_collection(agent: LLMAgent, k: int, ticks: int, *, episodes: int | None 
     with the agent's HTTP client closed inside the same event loop.
     """
     episodes = episodes or k
-    collector = RolloutCollector(agent, env_config={"num_ticks": ticks}, num_envs=k, max_concurrent_calls=k,
-                                 progress=False, run_name=f"bench-k{k}")
+    collector = RolloutCollector(agent, env_config={"num_ticks": ticks, "backend": BACKEND}, num_envs=k,
+                                 max_concurrent_calls=k, progress=False, run_name=f"bench-k{k}")
     cpu0, loop0 = time.process_time(), time.thread_time()
     if profile is not None:
         profile.enable()
@@ -357,7 +358,11 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true",
                         help="also cProfile an untimed in-process run at the largest K (same length as its "
                              "measurement) and print the top 10 functions by cumulative time")
+    parser.add_argument("--backend", choices=["numpy", "numba"], default="numpy",
+                        help="world-step backend of the text envs (numba: compiled world step and observation)")
     args = parser.parse_args()
+    global BACKEND
+    BACKEND = args.backend
     ks = [4] if args.smoke else sorted(set(args.ks))
     if any(k < 1 for k in ks):
         parser.error("--ks must be positive")
@@ -370,7 +375,7 @@ def main() -> int:
         os.environ[var] = ",".join(filter(None, [os.environ.get(var, ""), "127.0.0.1"]))
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"python {platform.python_version()}, rlaif_gym {rlaif_gym.__version__}")
+          f"python {platform.python_version()}, rlaif_gym {rlaif_gym.__version__}, backend {BACKEND}")
     print(f"LLM latency: uniform [{1000 * LATENCY_S:.0f}, {1000 * (LATENCY_S + JITTER_S):.0f}] ms "
           f"(mean {1000 * MEAN_LATENCY_S:.0f} ms); ideal calls/s = K / {MEAN_LATENCY_S}; "
           f"target {args.seconds:g} s per measurement{' (smoke)' if args.smoke else ''}", flush=True)

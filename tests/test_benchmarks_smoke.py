@@ -33,3 +33,13 @@ def test_bench_collector_smoke() -> None:
         for cell in cells[2:]:
             float(cell)  # a number, whatever its value
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_native_vector_memory_is_linear_in_the_number_of_envs() -> None:
+    """Bytes per env (tracemalloc peak of make + reset + steps) do not grow with N: linear memory."""
+    from rlaif_gym.benchmark import memory_per_env, state_bytes_per_world
+
+    per_env = memory_per_env((256, 2048))
+    small, large = per_env[256], per_env[2048]
+    assert large <= 1.1 * small, per_env  # quadratic or per-batch-leaking growth would show here
+    assert state_bytes_per_world() <= large  # the world state is part of what the env holds

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from ..encoding.grammar import GrammarLimits, canonical_reply_from_json, constraint_body
 from ..llm import ChatClient, OpenAIChatClient, RecordingClient, SamplingParams, ScriptedLLM
 from ..trajectory import LLMCall
 
@@ -66,13 +67,40 @@ class OpenAIChatAgent(LLMAgent):
         temperature, max_tokens, top_p: sampling.
         logprobs: ask for per-token logprobs.
         timeout, max_retries: per attempt / transient failures only.
-        extra_body: extra server fields (e.g. {"return_token_ids": True} on vLLM).
+        extra_body: extra server fields (e.g. {"return_token_ids": True} on vLLM); they win over `constrain`'s.
+        constrain: constrained decoding of the canonical reply (`encoding.grammar`): "gbnf" (llama.cpp's
+            `grammar` field), "guided_json" (vLLM) or "response_format" (OpenAI structured outputs); None
+            sends no constraint. The JSON modes make the model write {"reasoning": ..., "action": {...}}:
+            the system prompt says so, the call record keeps that raw reply, and the env receives it
+            rewritten as the canonical `<think>...</think>` + JSON action.
+        grammar_limits: length bounds of the constrained reply (characters); see `GrammarLimits`.
     """
 
     def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None, *,
                  temperature: float = 0.7, max_tokens: int = 512, top_p: float | None = None, logprobs: bool = True,
                  timeout: float = 60.0, max_retries: int = 3, backoff: float = 0.5,
-                 extra_body: dict[str, Any] | None = None, name: str | None = None) -> None:
+                 extra_body: dict[str, Any] | None = None, name: str | None = None, constrain: str | None = None,
+                 grammar_limits: GrammarLimits | None = None) -> None:
+        self.constrain = constrain
+        self.grammar_limits = (grammar_limits or GrammarLimits()) if constrain else None
+        body = {**(constraint_body(constrain, grammar_limits) if constrain else {}), **(extra_body or {})}
         client = OpenAIChatClient(model, base_url, api_key, timeout=timeout, max_retries=max_retries,
-                                  backoff=backoff, extra_body=extra_body)
+                                  backoff=backoff, extra_body=body)
         super().__init__(client, SamplingParams(temperature, max_tokens, top_p, None, logprobs), name=name)
+
+    def describe(self) -> dict[str, Any]:
+        """As `LLMAgent.describe`, plus the constrained-decoding mode (None: unconstrained) and its bounds."""
+        limits = asdict(self.grammar_limits) if self.grammar_limits is not None else None
+        return {**super().describe(), "constrain": self.constrain, "grammar_limits": limits}
+
+    async def act(self, system_prompt: str, prompt: str, *, seed: int | None = None,
+                  call_id: str = "") -> tuple[str, LLMCall]:
+        """As `LLMAgent.act`; in the JSON modes the reply is rewritten as the canonical reply for the env."""
+        if self.constrain not in ("guided_json", "response_format"):
+            return await super().act(system_prompt, prompt, seed=seed, call_id=call_id)
+        text, record = await super().act(system_prompt + _JSON_REPLY_NOTE, prompt, seed=seed, call_id=call_id)
+        return canonical_reply_from_json(text), record
+
+
+_JSON_REPLY_NOTE = ('\n\nThis server constrains your reply to one JSON object instead: '
+                    '{"reasoning": "<your thinking>", "action": <exactly one action object as above>}.')

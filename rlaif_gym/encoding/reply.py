@@ -28,7 +28,6 @@ MAX_REPLY_CHARS = 65_536
 _THINK = re.compile(r"<(think|thinking)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
 _THINK_OPEN = re.compile(r"<(think|thinking)>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</(think|thinking)>", re.IGNORECASE)
-_FENCE = re.compile(r"```[a-zA-Z]*")
 _DECISIONS = re.compile(r"<decisions>(.*?)</decisions>", re.IGNORECASE | re.DOTALL)
 _DECISION = re.compile(r"<decision\b([^>]*?)/?>", re.IGNORECASE)
 _ATTR = re.compile(r"""([A-Za-z_][\w-]*)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
@@ -146,10 +145,11 @@ def parse_reply(text: str) -> ParsedReply:
         if not blocks and not opens:
             reasoning = _DECISIONS.sub("", text).strip()
     else:
-        cleaned = _FENCE.sub("", rest)
-        objs = [d for d in (_action_dict(o) for o in _json_objects(cleaned)) if d is not None]
+        # Code fences around the JSON need no stripping: the scan starts at each "{". Stripping them
+        # would also alter a "```" inside a JSON string (e.g. a post's message).
+        objs = [d for d in (_action_dict(o) for o in _json_objects(rest)) if d is not None]
         if not objs and blocks:
-            objs = [d for d in (_action_dict(o) for o in _json_objects(_FENCE.sub("", text))) if d is not None]
+            objs = [d for d in (_action_dict(o) for o in _json_objects(text)) if d is not None]
         candidates = objs
         layout = {"think": "think+json", "thinking": "thinking+json"}.get(tag or "", "json")
         if not blocks and not opens and objs:

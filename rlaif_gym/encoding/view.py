@@ -8,6 +8,7 @@ never the hidden truth, the narrative schedule or the world key.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 
 from ..sim import (
     FEED_LENGTH,
@@ -32,9 +33,9 @@ def npc_name(k: int) -> str:
     return base if k < len(NPC_NAMES) else f"{base} {k // len(NPC_NAMES) + 1}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class FeedItem:
-    """One news item, post or group tip.
+    """One news item, post or group tip (treat as read-only; not frozen, which costs 4x to build).
 
     `direction` is +1 when it points to YES (or up for a perp), -1 for NO (or down). `subject` is a
     market id ("market-7") or a ticker.
@@ -48,7 +49,7 @@ class FeedItem:
     source_detail: str = ""  # e.g. "reputation 72" for a post
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class MarketView:
     market_id: str
     slot: int
@@ -62,7 +63,7 @@ class MarketView:
     cost_no: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PerpView:
     ticker: str
     index: int
@@ -105,73 +106,93 @@ class TickView:
         return next((m for m in self.markets if m.market_id == market_id), None)
 
 
-def _ring(count: int):
-    """Ring-buffer slots from newest to oldest."""
-    return [i % FEED_LENGTH for i in range(count - 1, max(count - FEED_LENGTH, 0) - 1, -1)]
+def _ring(count: int) -> range:
+    """Ring-buffer slots from newest to oldest (as `i % FEED_LENGTH` for i = count-1 down)."""
+    return range(count - 1, max(count - FEED_LENGTH, 0) - 1, -1)
+
+
+@lru_cache(maxsize=32)
+def _static_names(num_npcs: int, num_groups: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """NPC display names, their "agent-k name" labels and the group names (fixed per world size)."""
+    names = tuple(npc_name(k) for k in range(num_npcs))
+    return names, tuple(f"agent-{k} {n}" for k, n in enumerate(names)), tuple(g[0] for g in GROUP_NAMES[:num_groups])
 
 
 def build_view(state: WorldState, params: WorldParams, b: int) -> TickView:
-    """The public view of world `b`."""
-    t = int(state.tick[b])
-    price = yes_price(state.pm_yes[b], state.pm_no[b])
+    """The public view of world `b`.
+
+    Each state array's row `b` is read once into a Python list: indexing numpy scalars one by one
+    costs about ten times more, and this runs once per text-env tick.
+    """
+    s = state
+    t = int(s.tick[b])
+    price = yes_price(s.pm_yes[b], s.pm_no[b]).tolist()
+    serial, last, resolve = s.pm_serial[b].tolist(), s.pm_last_price[b].tolist(), s.pm_resolve_tick[b].tolist()
+    hy, hn, cy, cn = s.hold_yes[b].tolist(), s.hold_no[b].tolist(), s.cost_yes[b].tolist(), s.cost_no[b].tolist()
     markets = tuple(
         MarketView(
-            market_id=f"market-{int(state.pm_serial[b, m])}", slot=m,
-            question=QUESTIONS[int(state.pm_serial[b, m]) % len(QUESTIONS)],
-            yes_price=float(price[m]), change=float(price[m] - state.pm_last_price[b, m]),
-            resolves_in=int(state.pm_resolve_tick[b, m]) - t,
-            held_yes=float(state.hold_yes[b, m]), held_no=float(state.hold_no[b, m]),
-            cost_yes=float(state.cost_yes[b, m]), cost_no=float(state.cost_no[b, m]),
+            market_id=f"market-{serial[m]}", slot=m, question=QUESTIONS[serial[m] % len(QUESTIONS)],
+            yes_price=price[m], change=price[m] - last[m], resolves_in=resolve[m] - t,
+            held_yes=hy[m], held_no=hn[m], cost_yes=cy[m], cost_no=cn[m],
         )
         for m in range(params.num_markets)
     )
     perps = []
+    pside, pentry, plev, pnot, pserial = (s.pos_side[b].tolist(), s.pos_entry[b].tolist(), s.pos_leverage[b].tolist(),
+                                          s.pos_notional[b].tolist(), s.pos_serial[b].tolist())
+    pprice, pprev, pema, pfund = (s.perp_price[b].tolist(), s.perp_prev_price[b].tolist(), s.perp_ema[b].tolist(),
+                                  s.perp_funding[b].tolist())
     for p in range(params.num_perps):
-        side = int(state.pos_side[b, p])
-        entry, lev = float(state.pos_entry[b, p]), float(state.pos_leverage[b, p])
-        price_p = float(state.perp_price[b, p])
+        side, entry, lev, price_p = int(pside[p]), pentry[p], plev[p], pprice[p]
         perps.append(PerpView(
             ticker=PERP_TICKERS[p], index=p, price=price_p,
-            change_pct=100.0 * (price_p / float(state.perp_prev_price[b, p]) - 1.0),
-            vs_average_pct=100.0 * (price_p / float(state.perp_ema[b, p]) - 1.0),
-            funding_bp=1e4 * float(state.perp_funding[b, p]),
-            position_id=f"pos-{int(state.pos_serial[b, p])}" if side else None,
+            change_pct=100.0 * (price_p / pprev[p] - 1.0),
+            vs_average_pct=100.0 * (price_p / pema[p] - 1.0),
+            funding_bp=1e4 * pfund[p],
+            position_id=f"pos-{pserial[p]}" if side else None,
             side=("LONG" if side > 0 else "SHORT") if side else None,
-            notional=float(state.pos_notional[b, p]) if side else 0.0,
+            notional=pnot[p] if side else 0.0,
             entry=entry if side else 0.0, leverage=lev if side else 0.0,
-            unrealized=side * (price_p / entry - 1.0) * float(state.pos_notional[b, p]) if side else 0.0,
+            unrealized=side * (price_p / entry - 1.0) * pnot[p] if side else 0.0,
             liquidation_price=entry * (1.0 - side * 0.9 / lev) if side else 0.0,
         ))
+    names, labels, groups = _static_names(params.num_npcs, params.num_groups)
     news = []
-    for j in _ring(int(state.news_count[b])):
-        kind = int(state.news_kind[b, j])
+    n_kind, n_tick, n_serial, n_signal, n_source, n_target = (
+        s.news_kind[b].tolist(), s.news_tick[b].tolist(), s.news_serial[b].tolist(), s.news_signal[b].tolist(),
+        s.news_source[b].tolist(), s.news_target[b].tolist())
+    for i in _ring(int(s.news_count[b])):
+        j = i % FEED_LENGTH
+        kind = n_kind[j]
         if kind == 0:
-            news.append(FeedItem(int(state.news_tick[b, j]), "news", f"market-{int(state.news_serial[b, j])}",
-                                 int(state.news_signal[b, j]), NEWS_SOURCES[int(state.news_source[b, j])][0]))
+            news.append(FeedItem(n_tick[j], "news", f"market-{n_serial[j]}", n_signal[j],
+                                 NEWS_SOURCES[n_source[j]][0]))
         else:
-            news.append(FeedItem(int(state.news_tick[b, j]), "leak" if kind == 1 else "announcement",
-                                 PERP_TICKERS[int(state.news_target[b, j])], int(state.news_signal[b, j]),
-                                 "rumour mill" if kind == 1 else "exchange"))
-    posts = [
-        FeedItem(int(state.post_tick[b, j]), "post", f"market-{int(state.post_serial[b, j])}",
-                 int(state.post_signal[b, j]), npc_name(int(state.post_author[b, j])),
-                 f"reputation {float(state.npc_rep[b, int(state.post_author[b, j])]):.0f}")
-        for j in _ring(int(state.post_count[b]))
-    ]
-    tips = [
-        FeedItem(int(state.tip_tick[b, j]), "tip", f"market-{int(state.tip_serial[b, j])}",
-                 int(state.tip_signal[b, j]), GROUP_NAMES[int(state.tip_group[b, j])][0])
-        for j in _ring(int(state.tip_count[b]))
-        if state.joined[b, int(state.tip_group[b, j])]
-    ]
+            news.append(FeedItem(n_tick[j], "leak" if kind == 1 else "announcement", PERP_TICKERS[n_target[j]],
+                                 n_signal[j], "rumour mill" if kind == 1 else "exchange"))
+    p_tick, p_serial, p_signal, p_author = (s.post_tick[b].tolist(), s.post_serial[b].tolist(),
+                                            s.post_signal[b].tolist(), s.post_author[b].tolist())
+    rep = s.npc_rep[b].tolist()
+    posts = []
+    for i in _ring(int(s.post_count[b])):
+        j = i % FEED_LENGTH
+        author = p_author[j]
+        posts.append(FeedItem(p_tick[j], "post", f"market-{p_serial[j]}", p_signal[j], names[author],
+                              f"reputation {rep[author]:.0f}"))
+    joined = s.joined[b].tolist()
+    t_tick, t_serial, t_signal, t_group = (s.tip_tick[b].tolist(), s.tip_serial[b].tolist(), s.tip_signal[b].tolist(),
+                                           s.tip_group[b].tolist())
+    tips = []
+    for i in _ring(int(s.tip_count[b])):
+        j = i % FEED_LENGTH
+        if joined[t_group[j]]:
+            tips.append(FeedItem(t_tick[j], "tip", f"market-{t_serial[j]}", t_signal[j], GROUP_NAMES[t_group[j]][0]))
     eq = float(equity(state)[b])
     return TickView(
-        tick=t, num_ticks=params.num_ticks, cash=float(state.cash[b]), equity=eq,
-        realized_pnl=float(state.realized_pnl[b]), fees_paid=float(state.fees_paid[b]),
+        tick=t, num_ticks=params.num_ticks, cash=float(s.cash[b]), equity=eq,
+        realized_pnl=float(s.realized_pnl[b]), fees_paid=float(s.fees_paid[b]),
         exposure_ratio=float(exposure(state)[b]) / max(eq, 1e-9), markets=markets, perps=tuple(perps),
         news=tuple(news), posts=tuple(posts), tips=tuple(tips),
-        groups=tuple((GROUP_NAMES[g][0], bool(state.joined[b, g])) for g in range(params.num_groups)),
-        npcs=tuple(f"agent-{k} {npc_name(k)}" for k in range(params.num_npcs)),
+        groups=tuple((name, bool(joined[g])) for g, name in enumerate(groups)),
+        npcs=labels,
     )
-
-

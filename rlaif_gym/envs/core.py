@@ -14,7 +14,7 @@ import numpy as np
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
-from ..errors import ConfigError, DependencyNotInstalled
+from ..errors import ConfigError, DependencyNotInstalled, ResetNeeded
 from ..rewards import combine_components, pnl_component, risk_component
 from ..rewards.archetypes import normalize_archetype
 from ..rewards.composite import resolve_weights
@@ -28,16 +28,17 @@ def world_params(config: RLAIFEnvConfig) -> sim.WorldParams:
 
 
 def _select_backend(backend: str):
-    """The world-step function for a config's `backend`."""
+    """The world-step and observation-encoding functions for a config's `backend`."""
     if backend == "numpy":
-        return sim.step
+        return sim.step, encode_observations
+    from ..encoding import fast as encoding_fast
     from ..sim import fast
 
     if fast.available():
-        return fast.step
+        return fast.step, encoding_fast.encode_observations_fast
     if backend == "numba":
         raise DependencyNotInstalled('backend="numba" needs numba: pip install "rlaif-gym[fast]" (or use "numpy")')
-    return sim.step
+    return sim.step, encode_observations
 
 
 @dataclass
@@ -66,7 +67,7 @@ class RLAIFCore:
         except ValueError as exc:
             raise ConfigError(f"archetype: {exc}") from None
         self.weights = resolve_weights(self.archetype, config.reward_weights)
-        self._sim_step = _select_backend(config.backend)
+        self._sim_step, self._encode = _select_backend(config.backend)
         self.state: sim.WorldState | None = None
 
     def reset(self, keys: np.ndarray) -> np.ndarray:
@@ -74,9 +75,45 @@ class RLAIFCore:
         self.state = sim.reset(self.params, keys)
         return self.observe()
 
+    # -- state fork (GRPO groups from one mid-episode state) ------------------------------------
+
+    def get_state(self) -> sim.WorldState:
+        """A deep copy of every world now; `set_state` restores it (the core holds no other episode data)."""
+        if self.state is None:
+            raise ResetNeeded("call reset() before get_state()")
+        return self.state.copy()
+
+    def set_state(self, state: sim.WorldState) -> None:
+        """Continue from `state` (copied, so one snapshot can be restored any number of times)."""
+        if state.batch_size != self.num_worlds:
+            raise ValueError(f"set_state expects a state of {self.num_worlds} world(s), got {state.batch_size}; "
+                             "use fork(k, world) to branch one world into several")
+        self.state = state.copy()
+
+    def fork(self, k: int, world: int = 0) -> RLAIFCore:
+        """A new core of `k` worlds, each an exact copy of world `world` of this one at its current tick.
+
+        The branches step as one batch: under identical actions they stay bit-identical (every random
+        draw is keyed by the world key and the tick, both copied), under different ones they diverge.
+        This core is not touched.
+        """
+        if k < 1:
+            raise ValueError(f"fork needs k >= 1 branches, got {k}")
+        if self.state is None:
+            raise ResetNeeded("call reset() before fork()")
+        if not 0 <= world < self.num_worlds:
+            raise ValueError(f"world must be in [0, {self.num_worlds}), got {world}")
+        branch = RLAIFCore(self.config, num_worlds=k)
+        branch.state = self.state.take(np.full(k, world))
+        return branch
+
     def observe(self) -> np.ndarray:
         """Observations of every world, (B, D) float32."""
-        return encode_observations(self.state, self.params, self.layout)
+        return self.encode(self.state)
+
+    def encode(self, state: sim.WorldState) -> np.ndarray:
+        """Observations of `state`'s worlds with this core's encoder (numpy, or compiled with numba)."""
+        return self._encode(state, self.params, self.layout)
 
     def step(self, actions: np.ndarray) -> CoreStep:
         """Apply integer actions of shape (B, 4) (already validated against the space)."""

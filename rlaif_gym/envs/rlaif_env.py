@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -13,12 +15,42 @@ from gymnasium.vector import AutoresetMode
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import decode_actions
-from ..errors import InvalidActionError, ResetNeeded
+from ..errors import ConfigError, InvalidActionError, ResetNeeded
 from .behavior import BehaviorTracker
 from .core import CoreStep, RLAIFCore
 from .dashboard import render_ansi, render_chart
 
-__all__ = ["RLAIFEnv"]
+__all__ = ["EnvSnapshot", "RLAIFEnv"]
+
+
+@dataclass(frozen=True)
+class EnvSnapshot:
+    """Everything an episode of `RLAIFEnv` (or a subclass) depends on at one tick, as deep copies.
+
+    Made by `env.get_state()`, consumed by `env.set_state()` and `env.fork()`. Restoring never
+    modifies the snapshot, so one snapshot can seed any number of branches.
+
+    Attributes:
+        env_class: the class that made it (a text env's snapshot carries its prompt and view).
+        config: the env's config; a snapshot only restores into an env with an equal config.
+        world: the world state (B = 1), ground truth and world key included.
+        np_random: the env's generator (it draws the keys of later resets).
+        np_random_seed: the seed of the last `reset(seed=...)`, as Gymnasium reports it.
+        fields: the env's per-episode bookkeeping (feedback, done flag, behaviour tracker, render
+            history; for the text face also the current view, prompt and numeric observation).
+    """
+
+    env_class: type
+    config: RLAIFEnvConfig
+    world: sim.WorldState
+    np_random: np.random.Generator
+    np_random_seed: int | None
+    fields: dict[str, Any]
+
+    @property
+    def tick(self) -> int:
+        """The tick the snapshot was taken at."""
+        return int(self.world.tick[0])
 
 
 class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
@@ -100,6 +132,13 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     or None; overrides are config fields (unknown names raise `ConfigError` with a suggestion).
     Render modes: `"ansi"` (text dashboard) and `"rgb_array"` (price and equity chart).
 
+    ## State fork
+    `env.unwrapped.get_state()` snapshots the episode (world, generator, bookkeeping) and
+    `set_state(snapshot)` continues from it; `fork(k)` returns k new envs continuing from the current
+    tick. Branches are bit-identical under identical actions and diverge under different ones; the
+    original is untouched. This gives GRPO groups a shared mid-episode start state
+    (`RolloutCollector.collect_forks`).
+
     ## Version History
     * v0: initial release.
 
@@ -113,6 +152,9 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     >>> sorted(info["reward_components"])
     ['pnl', 'risk']
     """
+
+    _SNAPSHOT_FIELDS: ClassVar[tuple[str, ...]] = ("_feedback", "_done", "_prices", "_equity", "_behavior")
+    """Per-episode attributes besides the world and the generator that `get_state` copies."""
 
     metadata: ClassVar[dict[str, Any]] = {
         "render_modes": ["ansi", "rgb_array"],
@@ -217,6 +259,59 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         if self.render_mode == "rgb_array":
             return render_chart(np.array(self._prices), np.array(self._equity))
         return None
+
+    # -- state fork ---------------------------------------------------------------------------
+
+    def get_state(self) -> EnvSnapshot:
+        """A snapshot of the episode now (world, generator, bookkeeping), for `set_state` or `fork`.
+
+        The snapshot holds the hidden truth and the world key: it is for branching and analysis,
+        never for a policy's input.
+        """
+        if self._core.state is None:
+            raise ResetNeeded("call reset() before get_state()")
+        return EnvSnapshot(
+            env_class=type(self), config=self.config, world=self._core.get_state(),
+            np_random=copy.deepcopy(self.np_random), np_random_seed=self._np_random_seed,
+            fields=copy.deepcopy({name: getattr(self, name) for name in self._SNAPSHOT_FIELDS}),
+        )
+
+    def set_state(self, snapshot: EnvSnapshot) -> None:
+        """Continue from `snapshot`: afterwards this env steps exactly as the env that made it would.
+
+        Raises:
+            ConfigError: the snapshot comes from an env of another class or with another config.
+        """
+        if not isinstance(snapshot, EnvSnapshot):
+            raise TypeError(f"set_state expects an EnvSnapshot from get_state(), got {type(snapshot).__name__}")
+        if snapshot.env_class is not type(self):
+            raise ConfigError(f"this snapshot was taken from a {snapshot.env_class.__name__}; restore it into one "
+                              f"(this env is a {type(self).__name__})")
+        if snapshot.config != self.config:
+            raise ConfigError("this snapshot was taken from an env with another config; build the env with "
+                              "snapshot.config, or use fork(), which does")
+        self._core.set_state(snapshot.world)
+        self.np_random = copy.deepcopy(snapshot.np_random)
+        self._np_random_seed = snapshot.np_random_seed
+        for name, value in copy.deepcopy(snapshot.fields).items():
+            setattr(self, name, value)
+
+    def fork(self, k: int) -> list[RLAIFEnv]:
+        """`k` new envs of this class and config, each continuing this episode from the current tick.
+
+        Branches are independent: under identical actions they give bit-identical observations,
+        rewards and infos; under different actions they diverge; this env is not affected. The
+        branches are bare envs (no `TimeLimit`; they truncate themselves at `num_ticks`).
+        """
+        if k < 1:
+            raise ValueError(f"fork needs k >= 1 branches, got {k}")
+        snapshot = self.get_state()
+        branches = []
+        for _ in range(k):
+            env = type(self)(self.config, render_mode=self.render_mode)
+            env.set_state(snapshot)
+            branches.append(env)
+        return branches
 
     # -- privileged access (analysis, the oracle baseline, the judge) -------------------------
 

@@ -91,6 +91,8 @@ class RLAIFTextEnv(RLAIFEnv):
     * v0: initial release.
     """
 
+    _SNAPSHOT_FIELDS = (*RLAIFEnv._SNAPSHOT_FIELDS, "_view", "_prompt", "_numeric")
+
     def __init__(
         self,
         config: RLAIFEnvConfig | Mapping[str, Any] | None = None,

@@ -21,8 +21,7 @@ from gymnasium.vector.utils import batch_space
 
 from .. import sim
 from ..config import RLAIFEnvConfig
-from ..encoding import encode_observations
-from ..errors import InvalidActionError, ResetNeeded
+from ..errors import ConfigError, InvalidActionError, ResetNeeded
 from .core import RLAIFCore
 
 __all__ = ["RLAIFVectorEnv"]
@@ -51,6 +50,11 @@ class RLAIFVectorEnv(VectorEnv):
             raise ValueError("RLAIFVectorEnv does not render; render a single RLAIF-v0 env instead")
         self.num_envs = int(num_envs)
         self.config = RLAIFEnvConfig.from_any(config, **overrides)
+        if self.config.archetype is not None:
+            raise ConfigError(
+                f"archetype={self.config.archetype!r}: the native vector env does not compute the behavior reward "
+                "component; use gym.make_vec(..., vectorization_mode='sync') (or 'async') for archetype configs"
+            )
         self.core = RLAIFCore(self.config, num_worlds=self.num_envs)
         self.params = self.core.params
         self.layout = self.core.layout
@@ -106,7 +110,7 @@ class RLAIFVectorEnv(VectorEnv):
             keys = np.concatenate([sim.draw_keys(self._rngs[i], 1) for i in idx])
             fresh = sim.reset(self.params, keys)
             self.core.state.put(idx, fresh)
-            obs[idx] = encode_observations(fresh, self.params, self.layout)
+            obs[idx] = self.core.encode(fresh)
             reward = reward.copy()
             reward[idx] = 0.0
             terminated[idx] = False

@@ -84,10 +84,11 @@ _PRICE_LABEL = re.compile(
     r"\d+(?:\.\d+)?\s*(?:¢|c\b|cents?\b|%)\s+(?:yes|no)\b|\b(?:yes|no)\s+(?:at|near|around|is at|trades at)\s+\$?\d",
     re.IGNORECASE,
 )
+# Searched in the lower-cased text; the look-ahead on the first letters skips most positions
+# without trying every alternative (3x faster than IGNORECASE).
 _CONCLUSION = re.compile(
-    r"\b(so|therefore|thus|hence|because|since|which is why|i will|i'll|i buy|i sell|i open|"
-    r"i close|i wait|i join|i short|i go long|buying|selling)\b",
-    re.IGNORECASE,
+    r"\b(?=[sthbwi])(?:so|therefore|thus|hence|because|since|which is why|i will|i'll|i buy|i sell|i open|"
+    r"i close|i wait|i join|i short|i go long|buying|selling)\b"
 )
 _STUFF_WORDS = frozenset(
     [
@@ -151,11 +152,40 @@ def _name_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
 
 
+@lru_cache(maxsize=64)
+def _prompt_vocabulary(prompt: str) -> frozenset[str]:
+    """The whole words of the normalised prompt."""
+    return frozenset(_normalised(prompt).split())
+
+
+@lru_cache(maxsize=256)
+def _word_patterns(words: tuple[str, ...], before: str = r"\b", after: str = r"\b") -> tuple[re.Pattern[str], ...]:
+    """Compiled whole-word patterns for lower-cased `words` (cached: the same tickers every tick)."""
+    return tuple(re.compile(f"{before}{re.escape(w.lower())}{after}") for w in words)
+
+
+@lru_cache(maxsize=16)
+def _source_names(npcs: tuple[str, ...], groups: tuple[str, ...]):
+    """Group names, every nameable source by its lower-case name, and one pattern that finds them."""
+    npc_names = {n.split(" ", 1)[1] for n in npcs if " " in n}
+    group_set = frozenset(groups)
+    by_lower = {name.lower(): name for name in _SOURCE_NAMES | npc_names | group_set}
+    return group_set, by_lower, _name_pattern(tuple(sorted(by_lower.values())))
+
+
 def _copied_fraction(words: list[str], prompt: str, n: int = 6) -> float:
-    """Share of the reasoning's word n-grams that appear verbatim in the prompt."""
-    grams = {" ".join(words[i : i + n]) for i in range(len(words) - n + 1)}
+    """Share of the reasoning's word n-grams that appear verbatim in the prompt.
+
+    An n-gram can only occur in the space-separated haystack if each of its words is a whole word
+    of the prompt, so the substring search runs only on those: same result, a fraction of the cost.
+    """
+    grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+    if not grams:
+        return 0.0
+    vocabulary = _prompt_vocabulary(prompt)
     haystack = _normalised(prompt)
-    return sum(f" {g} " in haystack for g in grams) / max(len(grams), 1)
+    copied = sum(f" {' '.join(g)} " in haystack for g in grams if vocabulary.issuperset(g))
+    return copied / len(grams)
 
 
 class RuleJudge:
@@ -200,7 +230,7 @@ class RuleJudge:
         correct, wrong = self._facts(text, view)
         grounding = max(0.0, min(1.0, len(correct) / 3.0) - 0.25 * wrong)
         consistency, contradiction = self._consistency(reply, text, words, view)
-        conclusion = 1.0 if _CONCLUSION.search(text) else 0.0
+        conclusion = 1.0 if _CONCLUSION.search(text.lower()) else 0.0
         base = 0.2 + 0.4 * grounding + 0.3 * consistency + 0.1 * conclusion
 
         sentences = [s.strip().lower() for s in _SENTENCE.split(text) if s.strip()]
@@ -266,14 +296,10 @@ class RuleJudge:
                     correct.add(f"price:{near[0]:.1f}")
                 elif 0 < value < 100 and unit != "%":
                     wrong += 1
-        for p in view.perps:
-            if re.search(rf"\b{re.escape(p.ticker.lower())}\b", lower):
-                correct.add(p.ticker)
-        subjects = cited_ids | {p.ticker for p in view.perps if p.ticker in correct}
-        groups = {g for g, _ in view.groups}
-        npc_names = {n.split(" ", 1)[1] for n in view.npcs if " " in n}
-        by_lower = {name.lower(): name for name in _SOURCE_NAMES | npc_names | groups}
-        pattern = _name_pattern(tuple(sorted(by_lower.values())))
+        tickers = tuple(p.ticker for p in view.perps)
+        correct.update(tickers[i] for i, pattern in enumerate(_word_patterns(tickers)) if pattern.search(lower))
+        subjects = cited_ids | {t for t in tickers if t in correct}
+        groups, by_lower, pattern = _source_names(view.npcs, tuple(g for g, _ in view.groups))
         for name in {by_lower[m.group(0)] for m in pattern.finditer(lower)}:
             if any(f.source == name and (f.subject in subjects or not subjects) for f in feed):
                 correct.add(f"source:{name}")
@@ -300,7 +326,7 @@ class RuleJudge:
             "join_group": action.group,
             "send_dm": action.recipient,
         }.get(kind)
-        mentioned = bool(target) and re.search(rf"(?<!\w){re.escape(str(target).lower())}(?!\w)", text.lower())
+        mentioned = bool(target) and _word_patterns((str(target),), r"(?<!\w)", r"(?!\w)")[0].search(text.lower())
         want = self._leaning(reply, view)
         if want == 0:
             return (1.0 if mentioned else 0.5), False

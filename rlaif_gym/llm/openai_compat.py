@@ -110,7 +110,9 @@ class OpenAIChatClient:
                 if getattr(params, name) is not None:
                     kwargs[name] = getattr(params, name)
             if params.logprobs and self._logprobs_supported:
-                kwargs["logprobs"] = True
+                # top_logprobs=0: the chosen tokens' logprobs only. llama-cpp-python's server returns no
+                # logprobs at all unless top_logprobs is set (OpenAI and vLLM accept 0).
+                kwargs["logprobs"], kwargs["top_logprobs"] = True, 0
             if self.extra_body:
                 kwargs["extra_body"] = self.extra_body
             try:

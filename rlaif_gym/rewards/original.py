@@ -37,6 +37,8 @@ from typing import Literal
 
 import numpy as np
 
+from .bradley_terry import fit_bradley_terry, outcomes_to_wins
+
 __all__ = [
     "BANKRUPTCY_REWARD",
     "DEFAULT_LEGACY_WEIGHTS",
@@ -486,11 +488,11 @@ def bradley_terry_scores(
 ) -> list[float]:
     """Maximum-a-posteriori Bradley–Terry fit of pairwise preferences, as win probabilities in (0, 1).
 
-    Model: ``P(i beats j) = p_i / (p_i + p_j)``. Strengths are fitted by the MM (Zermelo / Hunter
-    2004) iteration ``p_i <- W_i / Σ_j n_ij / (p_i + p_j)``. To keep items with no losses (or no
-    wins) finite, each item also plays ``prior`` virtual wins and ``prior`` virtual losses against a
-    reference item of fixed strength 1: a small symmetric prior that pulls toward "average" and makes
-    the fit unique even when the comparison graph is disconnected.
+    Model: ``P(i beats j) = p_i / (p_i + p_j)``, fitted by `rewards.bradley_terry.fit_bradley_terry`
+    (Newton's method on the log-posterior). To keep items with no losses (or no wins) finite, each
+    item also plays ``prior`` virtual wins and ``prior`` virtual losses against a reference item of
+    fixed strength 1: a small symmetric prior that pulls toward "average" and makes the fit unique
+    even when the comparison graph is disconnected.
 
     Unlike a win rate this accounts for opponent strength: beating a strong item raises a score more
     than beating a weak one.
@@ -498,10 +500,10 @@ def bradley_terry_scores(
     Args:
         n: number of items.
         preferences: ``(winner, loser)`` index pairs; repeats count as repeated comparisons.
-        iters: maximum MM iterations.
+        iters: maximum Newton iterations (a handful suffice).
         tol: stop when no log-strength changes by more than this between iterations.
         prior: virtual wins and losses per item against the reference (> 0; smaller is closer to
-            the unregularised MLE but slower to converge for unbeaten items).
+            the unregularised MLE).
 
     Returns:
         For each item, the fitted probability that it beats an item of the group's geometric-mean
@@ -517,8 +519,6 @@ def bradley_terry_scores(
     prefs = list(preferences)
     if n < 2 or not prefs:
         return [0.5] * max(n, 0)
-    wins = np.zeros(n)
-    games = np.zeros((n, n))
     for winner, loser in prefs:
         if not (0 <= winner < n and 0 <= loser < n):
             raise ValueError(
@@ -526,20 +526,9 @@ def bradley_terry_scores(
             )
         if winner == loser:
             raise ValueError(f"bradley_terry_scores(): item {winner} is compared with itself")
-        wins[winner] += 1
-        games[winner, loser] += 1
-        games[loser, winner] += 1
-    p = np.ones(n)
-    for _ in range(iters):
-        denom = (games / (p[:, None] + p[None, :])).sum(axis=1) + 2.0 * prior / (p + 1.0)
-        new = (wins + prior) / denom
-        change = float(np.max(np.abs(np.log(new) - np.log(p))))
-        p = new
-        if change < tol:
-            break
-    logp = np.log(p)
-    centred = logp - logp.mean()
-    return [float(s) for s in 1.0 / (1.0 + np.exp(-centred))]
+    wins = outcomes_to_wins(n, ((win, lose, 1.0) for win, lose in prefs))
+    fit = fit_bradley_terry(wins, prior=prior, max_iter=iters, tol=tol)
+    return [float(p) for p in fit.probability]
 
 
 # --------------------------------------------------------------------------------------------------

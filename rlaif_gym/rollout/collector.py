@@ -17,8 +17,17 @@ Design.
   episodes whose trajectory id the sink already holds are skipped, so a killed run continues without
   losing or duplicating anything.
 
+* **GRPO groups from one mid-episode state** (`collect_forks`): a trunk episode is played to
+  `fork_tick`, the env is forked (`RLAIFEnv.fork`) into `group_size` branches, and each branch plays
+  on with its own call seeds. Branch 0 uses the trunk's seeds, so it continues exactly the episode a
+  plain `collect` would record for member 0.
+* **Backends.** By default everything runs in this process. `backend=RayBackend(...)`
+  (`rlaif_gym.rollout.ray_backend`) runs the same episodes on Ray actors and streams their
+  trajectories back to the same sink, in the order they finish.
+
 Determinism: episode ids, env seeds and per-call seeds derive from the run seed; with a
-deterministic policy (the scripted agent) a rerun writes identical steps (latencies aside).
+deterministic policy (the scripted agent) a rerun writes identical steps (latencies aside), on
+either backend.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import asyncio
 import math
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -49,7 +58,8 @@ from ..trajectory import (
 )
 from .quality import summarize_quality, validate_trajectory
 
-__all__ = ["CollectionSummary", "EpisodeSpec", "RolloutCollector", "TrajectorySink", "call_seed"]
+__all__ = ["CollectionSummary", "EpisodeSpec", "ForkGroup", "RolloutCollector", "TrajectorySink", "build_trajectory",
+           "call_seed"]
 
 _TRADES = {"buy_prediction", "sell_prediction", "open_perp", "close_perp"}
 
@@ -76,6 +86,27 @@ class EpisodeSpec:
     env_seed: int
     member: int
     group_id: str
+
+
+@dataclass(frozen=True)
+class ForkGroup:
+    """One planned GRPO group of `collect_forks`: a trunk to `fork_tick`, then one branch per member."""
+
+    env_seed: int
+    fork_tick: int
+    members: tuple[EpisodeSpec, ...]
+
+
+@dataclass
+class _Start:
+    """Where a branch starts: its env (already at the fork tick) and the prompt, info and tick there."""
+
+    env: Any
+    system: str
+    prompt: str
+    info: dict[str, Any]
+    tick: int
+    steps: list[TrajectoryStep]
 
 
 @dataclass
@@ -121,13 +152,15 @@ class RolloutCollector:
         progress: show a live progress display (rich, when installed and stderr is a terminal).
         max_ticks: stop each episode after this many ticks (default: the env's num_ticks).
         on_trajectory: called with each finished trajectory (after the sink).
+        backend: None (or "local") runs episodes in this process; a `RayBackend` runs them on Ray
+            actors (num_envs and max_concurrent_calls then apply per actor).
     """
 
     def __init__(self, agent: LLMAgent, *, sink: TrajectorySink | None = None, env_id: str = "RLAIF-Text-v0",
                  env_config: RLAIFEnvConfig | Mapping[str, Any] | None = None, num_envs: int = 8,
                  max_concurrent_calls: int | None = None, group_size: int = 1, run_name: str = "run",
                  progress: bool = False, max_ticks: int | None = None,
-                 on_trajectory: Callable[[Trajectory], None] | None = None) -> None:
+                 on_trajectory: Callable[[Trajectory], None] | None = None, backend: Any = None) -> None:
         if num_envs < 1 or group_size < 1:
             raise ConfigError(f"num_envs and group_size must be >= 1, got {num_envs} and {group_size}")
         self.agent = agent
@@ -141,6 +174,11 @@ class RolloutCollector:
         self.progress = progress
         self.max_ticks = max_ticks
         self.on_trajectory = on_trajectory
+        if backend == "local":
+            backend = None
+        if backend is not None and not hasattr(backend, "stream"):
+            raise ConfigError(f"backend must be None, 'local' or a RayBackend, got {backend!r}")
+        self.backend = backend
         self.trajectories: list[Trajectory] = []
 
     # -- planning ---------------------------------------------------------------------------
@@ -157,11 +195,30 @@ class RolloutCollector:
                                          f"{self.run_name}-s{env_seed}"))
         return specs
 
-    def manifest(self, episodes: int, seed: int) -> dict[str, Any]:
+    def plan_forks(self, groups: int, seed: int, fork_tick: int) -> list[ForkGroup]:
+        """The groups of a forked run: env seeds `seed` .. `seed + groups - 1`, `group_size` branches each."""
+        limit = self.max_ticks or self.config.num_ticks
+        if not 0 <= fork_tick < limit:
+            raise ConfigError(f"fork_tick must be in [0, {limit}) (the episode length), got {fork_tick}")
+        if groups < 0:
+            raise ConfigError(f"groups must be >= 0, got {groups}")
+        out = []
+        for g in range(groups):
+            env_seed = seed + g
+            group_id = f"{self.run_name}-s{env_seed}-t{fork_tick}"
+            members = tuple(EpisodeSpec(f"{group_id}-m{m}", env_seed, m, group_id) for m in range(self.group_size))
+            out.append(ForkGroup(env_seed, fork_tick, members))
+        return out
+
+    def manifest(self, episodes: int, seed: int, fork_tick: int | None = None,
+                 include_trunk: bool = False) -> dict[str, Any]:
         """What identifies a run, so that `--resume` can refuse to mix two different runs."""
-        return {"run_name": self.run_name, "episodes": episodes, "seed": seed, "group_size": self.group_size,
-                "env_id": self.env_id, "config": self.config.model_dump(mode="json"),
-                "agent": self.agent.describe(), "max_ticks": self.max_ticks}
+        out = {"run_name": self.run_name, "episodes": episodes, "seed": seed, "group_size": self.group_size,
+               "env_id": self.env_id, "config": self.config.model_dump(mode="json"),
+               "agent": self.agent.describe(), "max_ticks": self.max_ticks}
+        if fork_tick is not None:
+            out["fork_tick"], out["include_trunk"] = fork_tick, include_trunk
+        return out
 
     # -- running ----------------------------------------------------------------------------
 
@@ -169,17 +226,49 @@ class RolloutCollector:
         """Run the collection to completion (blocking); see `collect_async`."""
         return asyncio.run(self.collect_async(episodes, seed, resume=resume))
 
+    def collect_forks(self, groups: int, seed: int = 0, *, fork_tick: int, resume: bool = False,
+                      include_trunk: bool = False) -> CollectionSummary:
+        """Collect GRPO groups that share one mid-episode state (blocking); see `collect_forks_async`."""
+        return asyncio.run(self.collect_forks_async(groups, seed, fork_tick=fork_tick, resume=resume,
+                                                    include_trunk=include_trunk))
+
+    async def collect_forks_async(self, groups: int, seed: int = 0, *, fork_tick: int, resume: bool = False,
+                                  include_trunk: bool = False) -> CollectionSummary:
+        """Collect `groups` groups of `group_size` branches forked at tick `fork_tick`.
+
+        For each group the agent plays a trunk episode from `reset(seed=env_seed)` to `fork_tick`
+        (with member 0's call seeds), the env is forked, and branch m plays on to the end with
+        member m's call seeds. Every branch of a group therefore starts from the identical state.
+
+        Args:
+            groups: number of groups (env seeds `seed`, `seed + 1`, ...).
+            seed: the first env seed.
+            fork_tick: the tick at which the branches split (0 = right after reset).
+            resume: skip branches the sink already holds (the trunk is replayed; it is deterministic).
+            include_trunk: prepend the trunk's steps to every branch, so each trajectory is a whole
+                episode; by default a branch's steps start at `fork_tick` (their `step_number` is the
+                tick). Group ids are `<run>-s<seed>-t<fork_tick>`.
+        """
+        plan = self.plan_forks(groups, seed, fork_tick)
+        specs = [m for g in plan for m in g.members]
+        manifest = self.manifest(groups * self.group_size, seed, fork_tick, include_trunk)
+        return await self._run(specs, plan, manifest, resume, include_trunk)
+
     async def collect_async(self, episodes: int, seed: int = 0, *, resume: bool = False) -> CollectionSummary:
         """Collect `episodes` trajectories; returns the summary. Never raises for a failed episode."""
         specs = self.plan(episodes, seed)
+        return await self._run(specs, None, self.manifest(episodes, seed), resume, False)
+
+    async def _run(self, specs: list[EpisodeSpec], fork_plan: list[ForkGroup] | None, manifest: dict[str, Any],
+                   resume: bool, include_trunk: bool) -> CollectionSummary:
         summary = CollectionSummary(planned=len(specs))
         done_ids: set[str] = set()
-        manifest = self.manifest(episodes, seed)
         if self.sink is not None and hasattr(self.sink, "read_manifest"):
             previous = self.sink.read_manifest()
             if previous is not None and resume:
-                changed = [k for k in ("run_name", "seed", "group_size", "env_id", "config", "max_ticks")
-                           if previous.get(k) != manifest[k]]
+                changed = [k for k in ("run_name", "seed", "group_size", "env_id", "config", "max_ticks", "fork_tick",
+                                     "include_trunk")
+                           if previous.get(k) != manifest.get(k)]
                 if changed:
                     raise ConfigError(f"--resume would mix two runs: {', '.join(changed)} differ from the run "
                                       "recorded in run.json; use a new --out directory or the same settings")
@@ -193,18 +282,20 @@ class RolloutCollector:
             done_ids = set(self.sink.completed_ids())
         todo = [s for s in specs if s.trajectory_id not in done_ids]
         summary.skipped_existing = len(specs) - len(todo)
+        units: list[EpisodeSpec | ForkGroup] = list(todo)
+        if fork_plan is not None:
+            wanted = {s.trajectory_id for s in todo}
+            units = [ForkGroup(g.env_seed, g.fork_tick, tuple(m for m in g.members if m.trajectory_id in wanted))
+                     for g in fork_plan]
+            units = [g for g in units if g.members]
 
-        episode_slots = asyncio.Semaphore(self.num_envs)
-        self._call_slots = asyncio.Semaphore(self.max_concurrent_calls)
         returns: list[float] = []
         pnls: list[float] = []
         qualities: list[dict] = []
         display = _Progress(self.progress, len(todo))
         start = time.perf_counter()
 
-        async def run_one(spec: EpisodeSpec) -> None:
-            async with episode_slots:
-                traj = await self._episode(spec, display)
+        def record(traj: Trajectory) -> None:
             self._emit(traj)
             summary.steps += len(traj.steps)
             summary.llm_calls += sum(len(s.llm_calls) for s in traj.steps) + len(traj.failed_calls)
@@ -222,7 +313,13 @@ class RolloutCollector:
 
         try:
             with display:
-                await asyncio.gather(*(run_one(s) for s in todo))
+                if self.backend is not None:
+                    async for traj in self.backend.stream(self, units, include_trunk):
+                        display.ticks += len(traj.steps)
+                        record(traj)
+                else:
+                    async for traj in self.run_units(units, include_trunk, display):
+                        record(traj)
         finally:
             await self.agent.aclose()
         summary.wall_s = time.perf_counter() - start
@@ -230,6 +327,42 @@ class RolloutCollector:
         summary.mean_final_pnl = sum(pnls) / len(pnls) if pnls else 0.0
         summary.quality = summarize_quality(qualities)
         return summary
+
+    async def run_units(self, units: list[EpisodeSpec | ForkGroup], include_trunk: bool = False,
+                        display: _Progress | None = None) -> AsyncIterator[Trajectory]:
+        """Run episodes and fork groups concurrently in this process; yield each trajectory as it finishes.
+
+        At most `num_envs` envs step at once and at most `max_concurrent_calls` LLM calls are in
+        flight. This is what every backend runs (a Ray actor runs it on its share of the units).
+        """
+        display = display or _Progress(False, 0)
+        self._episode_slots = asyncio.Semaphore(self.num_envs)
+        self._call_slots = asyncio.Semaphore(self.max_concurrent_calls)
+        queue: asyncio.Queue[Trajectory | None] = asyncio.Queue()
+
+        async def run_one(spec: EpisodeSpec) -> None:
+            async with self._episode_slots:
+                traj = await self._episode(spec, display)
+            await queue.put(traj)
+
+        async def run_group(group: ForkGroup) -> None:
+            async for traj in self._fork_group(group, include_trunk, display):
+                await queue.put(traj)
+
+        async def run_all() -> None:
+            try:
+                await asyncio.gather(*(run_group(u) if isinstance(u, ForkGroup) else run_one(u) for u in units))
+            finally:
+                await queue.put(None)
+
+        runner = asyncio.ensure_future(run_all())
+        try:
+            while (traj := await queue.get()) is not None:
+                yield traj
+        finally:
+            if not runner.done():
+                runner.cancel()
+            await asyncio.gather(runner, return_exceptions=True)
 
     def _emit(self, traj: Trajectory) -> None:
         if self.sink is None:
@@ -243,17 +376,82 @@ class RolloutCollector:
         # The passive checker re-validates every character of the first prompt of every episode; the env
         # itself passes Gymnasium's full check_env in the test suite.
         env = gym.make(self.env_id, config=self.config, disable_env_checker=True)
+        wall0 = time.perf_counter()
+        try:
+            steps, failed_calls, errors, status, _ = await self._play(env, spec, display, None,
+                                                                      self.max_ticks or self.config.num_ticks)
+        finally:
+            env.close()
+        return self._trajectory(spec, env.unwrapped, steps, failed_calls, errors, status,
+                                time.perf_counter() - wall0)
+
+    async def _fork_group(self, group: ForkGroup, include_trunk: bool,
+                          display: _Progress) -> AsyncIterator[Trajectory]:
+        """Play the trunk to the fork tick, fork the env, and play every branch on (concurrently)."""
+        trunk_spec = EpisodeSpec(f"{group.members[0].group_id}-trunk", group.env_seed, 0, group.members[0].group_id)
+        env = gym.make(self.env_id, config=self.config, disable_env_checker=True)
+        wall0 = time.perf_counter()
+        try:
+            async with self._episode_slots:
+                steps, failed_calls, errors, status, end = await self._play(env, trunk_spec, display, None,
+                                                                            group.fork_tick)
+            if status == "completed" and end is not None and end.tick == group.fork_tick:
+                branches = env.unwrapped.fork(len(group.members))
+            else:
+                errors = [*errors, f"the trunk ended ({status}) at tick {len(steps)}, before fork_tick "
+                                   f"{group.fork_tick}; no branch was played"]
+                for spec in group.members:
+                    yield self._trajectory(spec, env.unwrapped, list(steps), list(failed_calls), list(errors),
+                                           "failed", time.perf_counter() - wall0)
+                return
+        finally:
+            env.close()
+        trunk = steps if include_trunk else []
+        limit = self.max_ticks or self.config.num_ticks
+        queue: asyncio.Queue[Trajectory] = asyncio.Queue()
+
+        async def branch(spec: EpisodeSpec, benv: Any) -> None:
+            t0 = time.perf_counter()
+            try:
+                async with self._episode_slots:
+                    start = _Start(benv, end.system, end.prompt, end.info, end.tick, [s.model_copy(deep=True)
+                                                                                        for s in trunk])
+                    bsteps, bfailed, berrors, bstatus, _ = await self._play(benv, spec, display, start, limit)
+            finally:
+                benv.close()
+            await queue.put(self._trajectory(spec, benv, bsteps, bfailed, berrors, bstatus,
+                                             time.perf_counter() - t0))
+
+        tasks = [asyncio.ensure_future(branch(spec, benv)) for spec, benv in zip(group.members, branches,
+                                                                                 strict=True)]
+        try:
+            for _ in tasks:
+                yield await queue.get()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _play(self, env: Any, spec: EpisodeSpec, display: _Progress, start: _Start | None, limit: int):
+        """Step `env` with the agent from reset (or from `start`) until tick `limit` or the episode ends.
+
+        Returns (steps, failed_calls, errors, status, end): `end` is where play stopped (a `_Start`
+        a fork can continue from), None if it failed before any prompt.
+        """
         base = env.unwrapped
-        steps: list[TrajectoryStep] = []
+        steps: list[TrajectoryStep] = [] if start is None else start.steps
         failed_calls = []
         errors: list[str] = []
         status = "completed"
-        wall0 = time.perf_counter()
+        end: _Start | None = None
         try:
-            prompt, info = env.reset(seed=spec.env_seed)
-            system = info["system_prompt"]
-            limit = self.max_ticks or self.config.num_ticks
-            for t in range(limit):
+            if start is None:
+                prompt, info = env.reset(seed=spec.env_seed)
+                system, t0 = info["system_prompt"], 0
+            else:
+                system, prompt, info, t0 = start.system, start.prompt, start.info, start.tick
+            end = _Start(env, system, prompt, info, t0, steps)
+            for t in range(t0, limit):
                 state = base.state
                 equity, cash = info["equity"], info["cash"]
                 numeric = base.numeric_observation.tolist()
@@ -294,6 +492,7 @@ class RolloutCollector:
                 ))
                 display.tick(reward)
                 prompt = next_prompt
+                end = _Start(env, system, prompt, info, t + 1, steps)
                 if terminated:
                     status = "bankrupt"
                     break
@@ -302,33 +501,46 @@ class RolloutCollector:
         except Exception as exc:  # a bad episode is data: record it, keep the run going
             status = "failed"
             errors.append(f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=3).strip().splitlines()[-1]}")
-        finally:
-            env.close()
-        return self._trajectory(spec, base, steps, failed_calls, errors, status, time.perf_counter() - wall0)
+        return steps, failed_calls, errors, status, end
 
     def _trajectory(self, spec, base, steps, failed_calls, errors, status, wall_s) -> Trajectory:
-        actions = [s.action for s in steps if s.action is not None]
-        trades = [a for a in actions if a.action_type in _TRADES]
-        last = steps[-1] if steps else None
-        final_equity = (last.environment_state.agent_balance + last.feedback.pnl_delta) if last else \
-            self.config.starting_cash
-        traj = Trajectory(
-            trajectory_id=spec.trajectory_id, agent_id=self.agent.name, id=spec.trajectory_id,
-            window_id=self.run_name, scenario_id=f"seed-{spec.env_seed}", episode_id=spec.trajectory_id,
-            group_id=spec.group_id, group_index=spec.member,
-            start_time=None, end_time=None, duration_ms=int(1000 * wall_s), steps=steps,
-            total_reward=sum(s.reward for s in steps), final_pnl=final_equity - self.config.starting_cash,
-            final_balance=final_equity, trades_executed=sum(a.success for a in trades),
-            successful_trades=sum(a.success for a in trades), failed_trades=sum(not a.success for a in trades),
-            posts_created=sum(a.success and a.action_type == "create_post" for a in actions),
-            episode_length=len(steps), final_status=status, archetype=self.config.archetype,
-            env_id=self.env_id, seed=spec.env_seed, config=self.config.model_dump(mode="json"),
-            package_version=_pkg_version, reward_weights=base.reward_weights, agent=self.agent.describe(),
-            errors=errors,
-            failed_calls=failed_calls,
+        return build_trajectory(
+            trajectory_id=spec.trajectory_id, agent_id=self.agent.name, window_id=self.run_name,
+            env_seed=spec.env_seed, group_id=spec.group_id, group_index=spec.member, steps=steps,
+            failed_calls=failed_calls, errors=errors, status=status, wall_s=wall_s, config=self.config,
+            env_id=self.env_id, reward_weights=base.reward_weights, agent=self.agent.describe(),
         )
-        traj.quality = validate_trajectory(traj).to_dict()
-        return traj
+
+
+def build_trajectory(*, trajectory_id: str, agent_id: str, window_id: str, env_seed: int, group_id: str | None,
+                     group_index: int | None, steps: list[TrajectoryStep], failed_calls: list, errors: list[str],
+                     status: str, wall_s: float, config: RLAIFEnvConfig, env_id: str,
+                     reward_weights: Mapping[str, float], agent: dict[str, Any]) -> Trajectory:
+    """The trajectory record of one played episode: totals, trade counts, final equity and quality.
+
+    Shared by `RolloutCollector` and the original-API layer (`rlaif_gym.rollout_generator`), so
+    both write the same record from the same steps. Final equity is the last step's pre-action
+    equity plus its `pnl_delta` (the whole transition), or the starting cash before any step.
+    """
+    actions = [s.action for s in steps if s.action is not None]
+    trades = [a for a in actions if a.action_type in _TRADES]
+    last = steps[-1] if steps else None
+    final_equity = (last.environment_state.agent_balance + last.feedback.pnl_delta) if last and last.feedback \
+        else config.starting_cash
+    traj = Trajectory(
+        trajectory_id=trajectory_id, agent_id=agent_id, id=trajectory_id, window_id=window_id,
+        scenario_id=f"seed-{env_seed}", episode_id=trajectory_id, group_id=group_id, group_index=group_index,
+        start_time=None, end_time=None, duration_ms=int(1000 * wall_s), steps=steps,
+        total_reward=math.fsum(s.reward for s in steps), final_pnl=final_equity - config.starting_cash,
+        final_balance=final_equity, trades_executed=sum(a.success for a in trades),
+        successful_trades=sum(a.success for a in trades), failed_trades=sum(not a.success for a in trades),
+        posts_created=sum(a.success and a.action_type == "create_post" for a in actions),
+        episode_length=len(steps), final_status=status, archetype=config.archetype, env_id=env_id, seed=env_seed,
+        config=config.model_dump(mode="json"), package_version=_pkg_version, reward_weights=dict(reward_weights),
+        agent=agent, errors=errors, failed_calls=failed_calls,
+    )
+    traj.quality = validate_trajectory(traj).to_dict()
+    return traj
 
 
 class _Progress:

@@ -638,15 +638,28 @@ def _information(state: WorldState, params: WorldParams, u: np.ndarray, c: _Cols
                     serial=state.pm_serial[w, mk], signal=signal)
 
 
-def _resolve_markets(state: WorldState, params: WorldParams, now: np.ndarray):
-    """Pay out markets whose resolve tick has come, then reopen their slots with new questions."""
-    due = state.pm_resolve_tick <= now[:, None]
+def _pay_resolutions(state: WorldState, due: np.ndarray) -> np.ndarray:
+    """Pay the account's winning shares in the `due` markets (B, M) and clear its holdings there.
+
+    Returns the payout per market, USD, shape (B, M). The account part of a resolution: with several
+    learning agents (`sim.multi`) it runs once per agent account.
+    """
     yes_wins = state.pm_outcome == 1
     agent_payout = np.where(due, np.where(yes_wins, state.hold_yes, state.hold_no), 0.0)
     state.cash += agent_payout.sum(axis=1)
     state.realized_pnl += np.where(due, agent_payout - state.cost_yes - state.cost_no, 0.0).sum(axis=1)
     for arr in (state.hold_yes, state.hold_no, state.cost_yes, state.cost_no):
         arr[due] = 0.0
+    return agent_payout
+
+
+def _settle_markets(state: WorldState, params: WorldParams, due: np.ndarray, agent_payout: np.ndarray) -> np.ndarray:
+    """The world part of a resolution: NPC payouts and reputations, the house's share, new markets.
+
+    `agent_payout` (B, M) is what the agent accounts were paid (summed over agents). Returns the
+    number of markets resolved per world.
+    """
+    yes_wins = state.pm_outcome == 1
     npc_payout = np.where(due[:, None, :], np.where(yes_wins[:, None, :], state.npc_yes, state.npc_no), 0.0)
     state.npc_cash += npc_payout.sum(axis=2)
     # Reputation: +4 for each NPC whose posts called the market right, -4 if wrong.
@@ -659,14 +672,66 @@ def _resolve_markets(state: WorldState, params: WorldParams, now: np.ndarray):
     state.house_cash += np.where(due, state.pm_collateral - agent_payout - npc_payout.sum(axis=1), 0.0).sum(axis=1)
     state.pm_collateral[due] = 0.0
     _open_markets(state, params, due)
-    return due.sum(axis=1), agent_payout.sum(axis=1)
+    return due.sum(axis=1)
 
 
-def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> StepOutcome:
-    """Apply one action per world, advance every world one tick, and report the transition.
+def _resolve_markets(state: WorldState, params: WorldParams, now: np.ndarray):
+    """Pay out markets whose resolve tick has come, then reopen their slots with new questions."""
+    due = state.pm_resolve_tick <= now[:, None]
+    agent_payout = _pay_resolutions(state, due)
+    return _settle_markets(state, params, due, agent_payout), agent_payout.sum(axis=1)
 
-    Mutates `state` in place. A failed action leaves its world unchanged before the tick.
+
+def _single_account(fn):
+    """`each_account` of the one-agent world: the account is the state's own."""
+    return [fn()]
+
+
+def tick(state: WorldState, params: WorldParams, each_account=_single_account):
+    """Advance every world one tick after the actions: perps, funding and liquidations, NPC trades,
+    news, posts and tips, resolutions and new markets (the second half of `step`).
+
+    Args:
+        each_account: runs an account-level function once per agent account and returns the list of
+            its results; the default is the world's single account. `sim.multi` passes one that
+            loads each learning agent's account in turn.
+
+    Returns:
+        (liquidated, resolved, payouts): per-account lists of positions liquidated (B,) and
+        resolution payouts (B,), and the markets resolved per world (B,).
     """
+    now = state.tick + 1
+    cols = _cols(params)
+    u = rng.uniforms(state.key, now, cols.total)
+    opening = yes_price(state.pm_yes, state.pm_no)
+    last_move = opening - state.pm_last_price  # the previous tick's move, incl. the agents' own trades
+    state.pm_last_price[:] = opening
+    _advance_perps(state, params, u, cols, now)
+    liquidated = each_account(lambda: _funding_and_liquidation(state, params, now))
+    _npc_trades(state, params, u, cols, now, last_move)
+    _information(state, params, u, cols, now)
+    state.tick[:] = now
+    due = state.pm_resolve_tick <= now[:, None]
+    payouts = each_account(lambda: _pay_resolutions(state, due))
+    total = payouts[0] if len(payouts) == 1 else np.sum(payouts, axis=0)
+    resolved = _settle_markets(state, params, due, total)
+    return liquidated, [p.sum(axis=1) for p in payouts], resolved
+
+
+@dataclass
+class _ActionPhase:
+    """What an account's action did, before the tick."""
+
+    eq0: np.ndarray
+    r: _Result
+    success: np.ndarray
+    added: np.ndarray
+    lev: np.ndarray
+    exposure_ratio: np.ndarray
+
+
+def _act(state: WorldState, params: WorldParams, actions: ActionBatch) -> _ActionPhase:
+    """Apply the loaded account's actions (the first half of `step`)."""
     eq0 = equity(state)
     r = _apply_actions(state, params, actions)
     success = r.err == ErrorCode.OK
@@ -674,26 +739,28 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> StepOu
     lev = np.where(actions.kind == ActionType.OPEN_PERP, actions.leverage, 0.0)
     eq_mid = equity(state)
     exposure_ratio = exposure(state) / np.maximum(eq_mid, 1e-9)
+    return _ActionPhase(eq0, r, success, added, lev, exposure_ratio)
 
-    now = state.tick + 1
-    cols = _cols(params)
-    u = rng.uniforms(state.key, now, cols.total)
-    opening = yes_price(state.pm_yes, state.pm_no)
-    last_move = opening - state.pm_last_price  # the previous tick's move, incl. the agent's own trade
-    state.pm_last_price[:] = opening
-    _advance_perps(state, params, u, cols, now)
-    liquidated = _funding_and_liquidation(state, params, now)
-    _npc_trades(state, params, u, cols, now, last_move)
-    _information(state, params, u, cols, now)
-    state.tick[:] = now
-    resolved, payout = _resolve_markets(state, params, now)
-    eq1 = equity(state)
+
+def _outcome(a: _ActionPhase, eq1: np.ndarray, liquidated: np.ndarray, resolved: np.ndarray, payout: np.ndarray,
+             params: WorldParams) -> StepOutcome:
+    r = a.r
     return StepOutcome(
-        success=success, error=r.err, error_a=r.ea, error_b=r.eb, filled_shares=r.shares, filled_usd=r.usd,
-        fee=r.fee, equity_before=eq0, equity_after=eq1,
-        pnl_delta=eq1 - eq0, added_exposure=added, exposure_ratio=exposure_ratio, leverage_requested=lev,
+        success=a.success, error=r.err, error_a=r.ea, error_b=r.eb, filled_shares=r.shares, filled_usd=r.usd,
+        fee=r.fee, equity_before=a.eq0, equity_after=eq1,
+        pnl_delta=eq1 - a.eq0, added_exposure=a.added, exposure_ratio=a.exposure_ratio, leverage_requested=a.lev,
         resolved=resolved, payout=payout, liquidated=liquidated, bankrupt=eq1 < params.min_fee,
     )
+
+
+def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> StepOutcome:
+    """Apply one action per world, advance every world one tick, and report the transition.
+
+    Mutates `state` in place. A failed action leaves its world unchanged before the tick.
+    """
+    acted = _act(state, params, actions)
+    liquidated, payouts, resolved = tick(state, params)
+    return _outcome(acted, equity(state), liquidated[0], resolved, payouts[0], params)
 
 
 # ---------------------------------------------------------------------------------------------

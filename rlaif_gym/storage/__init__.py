@@ -1,7 +1,7 @@
 """Storage: trajectories to and from disk (JSONL store, Parquet) and the exports trainers read.
 
 Layer L2: imports the standard library, pydantic, `rlaif_gym.errors` and `rlaif_gym.trajectory`;
-pyarrow only lazily, inside the Parquet functions.
+pyarrow only lazily, inside the Parquet functions, and SQLAlchemy only inside `SqlTrajectorySink`.
 """
 
 from .exports import (
@@ -16,6 +16,7 @@ from .exports import (
     to_sft_records,
     write_export,
 )
+from .fanout import FanoutSink
 from .jsonl import (
     MANIFEST_NAME,
     CorruptLineError,
@@ -28,15 +29,18 @@ from .jsonl import (
     write_jsonl,
 )
 from .parquet import PARQUET_SUMMARY_COLUMNS, read_parquet, write_parquet
+from .sql import SqlTrajectorySink
 
 __all__ = [
     "EXPORT_KINDS",
     "MANIFEST_NAME",
     "PARQUET_SUMMARY_COLUMNS",
     "CorruptLineError",
+    "FanoutSink",
     "JsonlStore",
     "RepairReport",
     "SecretLeakError",
+    "SqlTrajectorySink",
     "StorageError",
     "TornLineWarning",
     "TornTailError",

@@ -20,7 +20,7 @@ import json
 import math
 import os
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import RLAIFError
@@ -204,32 +204,43 @@ def _score_of(score: str | Callable[[Trajectory], float]) -> Callable[[Trajector
 
 
 def to_grpo_groups(trajectories: Iterable[Trajectory], score: str | Callable[[Trajectory], float] = "total_reward",
-                   normalize: bool = False) -> tuple[list[dict[str, Any]], int]:
+                   normalize: bool = False, *, judge_scores: Mapping[str, float | None] | None = None,
+                   drop_degenerate: bool = False) -> tuple[list[dict[str, Any]], int]:
     """Group-relative training groups (one per `group_id`), Atropos ScoredDataGroup-like.
 
     Advantages are the scores minus the group mean (divided by the group's population std when
     `normalize` and the std is not 0). No epsilon is ever added to break ties (the original
     did, so that Atropos would not drop its groups); a group whose scores are all equal is kept
-    with zero advantages and `"degenerate": True`, for the trainer to drop or keep.
+    with zero advantages and `"degenerate": True`, for the trainer to drop or keep (or dropped
+    here with `drop_degenerate`).
 
     Args:
         trajectories: any trajectories; those without a `group_id` form no group.
         score: a Trajectory field name, or a function of the trajectory.
         normalize: also divide by the group std.
+        judge_scores: trajectory id -> an AI-judge score (e.g. `rlaif_gym.llm_judge`'s); when
+            given it replaces `score`. A trajectory without a judge score (absent or None: the
+            judge failed) is left out of its group, never scored 0, and listed in the group's
+            `"missing_trajectory_ids"`.
+        drop_degenerate: leave out the groups whose scores are all equal.
 
     Returns:
         `(groups, skipped)`: `groups` is a list of `{"group_id", "trajectory_ids", "scores",
         "advantages", "degenerate", "messages", "tokens", "logprobs"}`, where `messages`,
         `tokens` and `logprobs` hold one entry per trajectory (`tokens` / `logprobs`: the
         concatenated completion token ids / logprobs of its policy calls, None unless every
-        policy call recorded them); `skipped` counts the groups of fewer than 2 trajectories
+        policy call recorded them); `skipped` counts the groups of fewer than 2 (scored) trajectories
         (each trajectory without a `group_id` counts as one such group).
     """
-    value = _score_of(score)
+    value = _score_of(score) if judge_scores is None else (lambda t: judge_scores[t.trajectory_id])
     groups, ungrouped = _groups(trajectories)
     skipped = len(ungrouped)
     out = []
     for group_id, members in groups.items():
+        missing: list[str] = []
+        if judge_scores is not None:
+            missing = [t.trajectory_id for t in members if judge_scores.get(t.trajectory_id) is None]
+            members = [t for t in members if judge_scores.get(t.trajectory_id) is not None]
         if len(members) < 2:
             skipped += 1
             continue
@@ -244,8 +255,11 @@ def to_grpo_groups(trajectories: Iterable[Trajectory], score: str | Callable[[Tr
             if std > 0:
                 advantages = [a / std for a in advantages]
         if degenerate:
+            if drop_degenerate:
+                continue
             advantages = [0.0] * len(scores)
         calls = [[c for step in t.steps for c in policy_calls(step)] for t in members]
+        extra = {"missing_trajectory_ids": missing} if judge_scores is not None else {}
         out.append({
             "group_id": group_id,
             "trajectory_ids": [t.trajectory_id for t in members],
@@ -255,6 +269,7 @@ def to_grpo_groups(trajectories: Iterable[Trajectory], score: str | Callable[[Tr
             "messages": [_conversation(t) for t in members],
             "tokens": [_concat(c, "completion_token_ids") for c in calls],
             "logprobs": [_concat(c, "completion_logprobs") for c in calls],
+            **extra,
         })
     return out, skipped
 
@@ -269,6 +284,7 @@ def to_db_rows(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
     original's included); `id` is the trajectory's `id`, or its `trajectory_id` when empty (the
     column is the table's key); times are ISO-8601 strings. `Trajectory.from_json(json.dumps(row))`
     reads a row back (the fields outside this layout, such as `group_id`, take their defaults).
+    `isTrainingData` is false for a failed episode (one cut short by a policy-call or runtime error).
     """
     rows = []
     for t in trajectories:
@@ -290,7 +306,7 @@ def to_db_rows(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
             "tradesExecuted": t.trades_executed,
             "episodeLength": t.episode_length,
             "finalStatus": t.final_status,
-            "isTrainingData": True,
+            "isTrainingData": t.final_status != "failed",
         })
     return rows
 

@@ -73,3 +73,10 @@ def test_a_one_megabyte_reply_is_cut_and_reported():
 def test_json_inside_the_reasoning_is_not_taken_as_the_action():
     reply = '<think>I considered {"type": "wait"} but the news is strong.</think>' + BUY
     assert parse_reply(reply).action.type == "buy_prediction"
+
+
+def test_backticks_inside_a_json_string_survive_and_fences_around_the_json_still_parse():
+    fenced = parse_reply('<think>post it</think>\n```json\n{"type": "create_post", "content": "see ```code``` '
+                         'and ```json here", "market": "market-1"}\n```')
+    assert fenced.action is not None and fenced.action.content == "see ```code``` and ```json here"
+    assert fenced.errors == ()

@@ -6,13 +6,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlaif_gym import InvalidActionError
+from rlaif_gym import ConfigError, InvalidActionError
 from rlaif_gym.envs import RLAIFVectorEnv
+from rlaif_gym.sim import fast
 
 MODES = ("sync", "async", "vector_entry_point")
+_NUMBA = pytest.mark.skipif(not fast.available(), reason='numba is not installed: pip install "rlaif-gym[fast]"')
 
 
-@pytest.mark.parametrize("kwargs", [{"num_ticks": 25}, {"max_episode_steps": 17}], ids=["num_ticks", "time_limit"])
+@pytest.mark.parametrize("kwargs", [{"num_ticks": 25}, {"max_episode_steps": 17},
+                                    pytest.param({"num_ticks": 25, "backend": "numba"}, marks=_NUMBA)],
+                         ids=["num_ticks", "time_limit", "numba"])
 def test_sync_async_and_native_agree_exactly_through_autoresets(kwargs):
     n = 5
     envs = {m: gym.make_vec("RLAIF-v0", num_envs=n, vectorization_mode=m, **kwargs) for m in MODES}
@@ -70,3 +74,13 @@ def test_native_env_rejects_bad_action_batches():
         env.step(np.zeros((3, 4), dtype=np.int64))
     with pytest.raises(InvalidActionError):
         env.step(np.full((2, 4), 9))
+
+
+def test_native_env_refuses_archetype_configs_instead_of_dropping_the_behavior_component():
+    with pytest.raises(ConfigError, match="vectorization_mode='sync'"):
+        gym.make_vec("RLAIF-v0", num_envs=2, vectorization_mode="vector_entry_point", archetype="trader")
+    sync = gym.make_vec("RLAIF-v0", num_envs=2, vectorization_mode="sync", archetype="trader")
+    sync.reset(seed=0)
+    _, _, _, _, info = sync.step(np.zeros((2, 4), dtype=np.int64))
+    assert "behavior" in info["reward_components"]
+    sync.close()

@@ -7,8 +7,11 @@ server must have received each in the Authorization header of the run that used 
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import logging
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -41,11 +44,15 @@ def assert_clean(text: str | bytes, where: str) -> None:
 
 
 def assert_tree_clean(root: Path) -> int:
-    """Every file under `root`, as bytes; Parquet (compressed) also decoded. Returns the number of files."""
+    """Every file under `root`, as bytes; Parquet and report.html's data (compressed) also decoded. Returns the
+    number of files."""
     __tracebackhide__ = True
     files = [p for p in root.rglob("*") if p.is_file()]
     for path in files:
         assert_clean(path.read_bytes(), str(path))
+        if path.suffix == ".html":  # rlaif-gym report embeds the trajectories as base64 of gzip
+            for blob in re.findall(rb'id="rg-data">([A-Za-z0-9+/=]+)</script>', path.read_bytes()):
+                assert_clean(gzip.decompress(base64.b64decode(blob)), f"{path} (embedded data)")
         if path.suffix == ".parquet":
             table = pq.read_table(path)
             assert_clean(json.dumps(table.to_pylist(), default=str), f"{path} (decoded)")

@@ -1,0 +1,281 @@
+"""`RLAIFMultiAgentEnv`: several learning traders in one Babylon world, numeric or text face.
+
+The parallel multi-agent API of PettingZoo (`reset`/`step` with dicts keyed by agent, `agents`,
+`possible_agents`, `observation_space(agent)`, `action_space(agent)`), implemented without
+importing PettingZoo; `rlaif_gym.integrations.pettingzoo.parallel_env()` adds the PettingZoo base
+class and `rlaif_gym.integrations.rllib` the RLlib `MultiAgentEnv` adapter.
+
+All agents trade in the same prediction-market pools and perps, next to the NPCs: one agent's order
+moves the price the others pay and see (WORLD.md). Execution within a tick is sequential in a
+random order per tick (see `rlaif_gym.sim.multi` for the fairness rule); each agent then has its own
+account, observation, reward and episode end.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+
+from .. import sim
+from ..config import RLAIFEnvConfig
+from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
+from ..encoding.prompt import PROMPT_CHARSET, render_prompt, system_prompt
+from ..encoding.reply import parse_reply
+from ..encoding.view import build_view
+from ..errors import ConfigError, InvalidActionError, ResetNeeded
+from ..judge.rules import RuleJudge
+from ..rewards import combine_components, pnl_component, risk_component
+from ..rewards.composite import resolve_weights
+from ..sim.multi import Accounts, agent_order, step_agents
+from .core import world_params
+from .text_env import MAX_PROMPT_CHARS, MAX_REPLY_SAMPLE_CHARS, describe_outcome
+
+__all__ = ["RLAIFMultiAgentEnv"]
+
+
+class RLAIFMultiAgentEnv:
+    """N traders sharing one world of `RLAIF-v0` (numeric face) or `RLAIF-Text-v0` (text face).
+
+    Args:
+        config: an `RLAIFEnvConfig`, a mapping or None; `overrides` are config fields. The world,
+            reward weights and episode length are the single-agent env's. `archetype` is refused
+            (its behavior component is tracked per single-agent env), and so is `backend="numba"`
+            (the multi-agent tick runs on the numpy engine).
+        num_agents: learning agents, named `trader_0` .. `trader_{N-1}`.
+        face: `"numeric"` (Box observation, MultiDiscrete action, as `RLAIF-v0`) or `"text"`
+            (prompt in, reply out, as `RLAIF-Text-v0`, with the rule judge's format and reasoning
+            components).
+
+    Each agent starts with `starting_cash`; its reward is the single env's composite over its own
+    transition (pnl over the whole tick, risk of its own action, and for the text face the rule
+    judge on its own reply). An agent is terminated when bankrupt (reward -1) and removed from
+    `agents`; every agent is truncated at `num_ticks`. An agent missing from the actions dict waits.
+
+    Info per agent: the single env's keys (`reward_components`, `pnl_delta`, `equity`, `cash`,
+    `feedback`, `tick`), plus `order` (its execution position this tick, 0 = first) and
+    `filled_shares` / `filled_usd`; the text face adds `parsed_action`, `format_errors`,
+    `reasoning` and `judge`, and `system_prompt` at reset.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"name": "rlaif_multi_v0", "render_modes": [], "is_parallelizable": True}
+
+    def __init__(self, config: RLAIFEnvConfig | Mapping[str, Any] | None = None, num_agents: int = 2,
+                 face: str = "numeric", render_mode: str | None = None, **overrides: Any) -> None:
+        if render_mode is not None:
+            raise ValueError("the multi-agent env does not render; render a single RLAIF-v0 env instead")
+        if face not in ("numeric", "text"):
+            raise ConfigError(f"face must be 'numeric' or 'text', got {face!r}")
+        if not 1 <= int(num_agents) <= 64:
+            raise ConfigError(f"num_agents must be in [1, 64], got {num_agents!r}")
+        self.config = RLAIFEnvConfig.from_any(config, **overrides)
+        if self.config.archetype is not None:
+            raise ConfigError("the multi-agent env does not support `archetype` (its behavior component is tracked "
+                              "per single-agent env); leave archetype=None")
+        if self.config.backend == "numba":
+            raise ConfigError("the multi-agent env runs on the numpy engine (sim.multi loads each agent's account in "
+                              "turn); use backend='numpy' or 'auto'")
+        self.face = face
+        self.render_mode = None
+        self.params = world_params(self.config)
+        self.layout = feature_layout(self.params)
+        self.nvec = action_nvec(self.params)
+        self.weights = resolve_weights(None, self.config.reward_weights)
+        self.possible_agents: list[str] = [f"trader_{i}" for i in range(int(num_agents))]
+        self.agents: list[str] = []
+        self._index = {name: i for i, name in enumerate(self.possible_agents)}
+        if face == "numeric":
+            obs_space = lambda: spaces.Box(self.layout.low, self.layout.high, dtype=np.float32)  # noqa: E731
+            act_space = lambda: spaces.MultiDiscrete(self.nvec)  # noqa: E731
+        else:
+            obs_space = lambda: spaces.Text(MAX_PROMPT_CHARS, min_length=1, charset=PROMPT_CHARSET)  # noqa: E731
+            act_space = lambda: spaces.Text(MAX_REPLY_SAMPLE_CHARS, min_length=0, charset=PROMPT_CHARSET)  # noqa: E731
+        # One space object per agent, created once (PettingZoo requires the same object every call).
+        self.observation_spaces = {a: obs_space() for a in self.possible_agents}
+        self.action_spaces = {a: act_space() for a in self.possible_agents}
+        self.system_prompt = system_prompt(self.params) if face == "text" else None
+        self.judge = RuleJudge() if face == "text" else None
+        self.world: sim.WorldState | None = None  # the shared world (ground truth included; not for policies)
+        self.accounts: Accounts | None = None
+        self._np_random: np.random.Generator | None = None
+        self._views: dict[str, Any] = {}
+        self._prompts: dict[str, str] = {}
+
+    # -- PettingZoo parallel API -------------------------------------------------------------
+
+    def observation_space(self, agent: str) -> spaces.Space:
+        """The observation space of `agent` (the same object on every call)."""
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> spaces.Space:
+        """The action space of `agent` (the same object on every call)."""
+        return self.action_spaces[agent]
+
+    @property
+    def num_agents(self) -> int:
+        """Agents still trading."""
+        return len(self.agents)
+
+    @property
+    def max_num_agents(self) -> int:
+        """All agents of the world."""
+        return len(self.possible_agents)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start a new world; every agent gets a fresh account. Returns (observations, infos)."""
+        if seed is not None or self._np_random is None:
+            self._np_random, _ = seeding.np_random(seed)
+        self.world = sim.reset(self.params, sim.draw_keys(self._np_random, 1))
+        self.accounts = Accounts.fresh(self.world, len(self.possible_agents))
+        self.agents = list(self.possible_agents)
+        self._views, self._prompts = {}, {}
+        obs, infos = {}, {}
+        for agent in self.agents:
+            obs[agent] = self._observe(agent, None)
+            self._load(agent)
+            infos[agent] = {"equity": float(sim.equity(self.world)[0]), "cash": float(self.world.cash[0]), "tick": 0}
+            if self.face == "text":
+                infos[agent]["system_prompt"] = self.system_prompt
+        return obs, infos
+
+    def step(self, actions: Mapping[str, Any]):
+        """Execute every live agent's action (in this tick's random order), then advance the world one tick."""
+        if self.world is None:
+            raise ResetNeeded("call reset() before step()")
+        if not self.agents:
+            raise ResetNeeded("every agent is done (bankrupt or num_ticks); call reset() to start a new episode")
+        unknown = set(actions) - set(self.possible_agents)
+        if unknown:
+            raise InvalidActionError(f"actions for unknown agents {sorted(unknown)}; agents are {self.possible_agents}")
+        live = list(self.agents)
+        batches, parsed, verdicts = [], {}, {}
+        for agent in self.possible_agents:
+            self._load(agent)
+            if agent in live and agent in actions:
+                batch, parsed[agent], verdicts[agent] = self._decode(agent, actions[agent])
+            else:
+                batch = sim.ActionBatch.waits(1)
+            batches.append(batch)
+        order = agent_order(self.world, len(self.possible_agents))
+        outcomes = step_agents(self.world, self.accounts, batches, self.params, order)
+        position = np.argsort(order[0])
+        obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
+        truncated = bool(self.world.tick[0] >= self.params.num_ticks)
+        for agent in live:
+            i = self._index[agent]
+            out = outcomes[i]
+            self._load(agent)
+            components = {
+                "pnl": pnl_component(out.pnl_delta, self.params.starting_cash, self.config.pnl_scale),
+                "risk": risk_component(out.added_exposure, out.exposure_ratio, out.leverage_requested,
+                                       self.params.max_leverage, self.config.risk_threshold, self.config.risk_penalty),
+            }
+            if agent in verdicts and verdicts[agent] is not None:
+                components["format"] = np.array([verdicts[agent].format])
+                components["reasoning"] = np.array([verdicts[agent].reasoning])
+            bankrupt = bool(out.bankrupt[0])
+            rewards[agent] = -1.0 if bankrupt else float(combine_components(components, self.weights)[0])
+            terms[agent], truncs[agent] = bankrupt, truncated and not bankrupt
+            ok = bool(out.success[0])
+            p = parsed.get(agent)
+            if self.face == "text" and agent in parsed and p.action is None:
+                error = "; ".join(p.errors)
+            else:
+                error = None if ok else sim.error_message(out.error[0], out.error_a[0], out.error_b[0])
+            feedback = {"success": ok, "error": error}
+            line = None
+            if self.face == "text":
+                line = describe_outcome(p.action, p, out) if p is not None else "You waited (no action was sent)."
+            obs[agent] = self._observe(agent, line)
+            info = {
+                "reward_components": {k: float(v[0]) for k, v in components.items()},
+                "pnl_delta": float(out.pnl_delta[0]), "equity": float(out.equity_after[0]),
+                "cash": float(self.world.cash[0]), "feedback": feedback, "tick": int(self.world.tick[0]),
+                "order": int(position[i]), "filled_shares": float(out.filled_shares[0]),
+                "filled_usd": float(out.filled_usd[0]),
+            }
+            if self.face == "text" and p is not None:
+                info.update(parsed_action=p.action.to_dict() if p.action else None, format_errors=list(p.errors),
+                            reasoning=p.reasoning, judge=verdicts[agent].details)
+            infos[agent] = info
+        self.agents = [a for a in live if not (terms[a] or truncs[a])]
+        return obs, rewards, terms, truncs, infos
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def render(self) -> None:
+        """No rendering; render a single RLAIF-v0 env for a dashboard."""
+        return None
+
+    # -- state fork ---------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        """A deep copy of the episode (world, accounts, live agents, generator, prompts)."""
+        if self.world is None:
+            raise ResetNeeded("call reset() before get_state()")
+        return copy.deepcopy({"config": self.config, "face": self.face, "agents_all": self.possible_agents,
+                              "world": self.world, "accounts": self.accounts, "agents": self.agents,
+                              "np_random": self._np_random, "views": self._views, "prompts": self._prompts})
+
+    def set_state(self, snapshot: Mapping[str, Any]) -> None:
+        """Continue from a `get_state()` snapshot of an env with the same config, face and agents."""
+        if (snapshot["config"], snapshot["face"], snapshot["agents_all"]) != (self.config, self.face,
+                                                                               self.possible_agents):
+            raise ConfigError("this snapshot comes from a multi-agent env with another config, face or agent list")
+        snap = copy.deepcopy(dict(snapshot))
+        self.world, self.accounts, self.agents = snap["world"], snap["accounts"], snap["agents"]
+        self._np_random, self._views, self._prompts = snap["np_random"], snap["views"], snap["prompts"]
+
+    def fork(self, k: int) -> list[RLAIFMultiAgentEnv]:
+        """`k` independent copies of this episode at the current tick (GRPO groups for every agent)."""
+        snapshot = self.get_state()
+        branches = []
+        for _ in range(k):
+            env = type(self)(self.config, num_agents=len(self.possible_agents), face=self.face)
+            env.set_state(snapshot)
+            branches.append(env)
+        return branches
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _load(self, agent: str) -> None:
+        self.accounts.load(self.world, self._index[agent])
+
+    def _observe(self, agent: str, last_feedback: str | None):
+        self._load(agent)
+        if self.face == "numeric":
+            return encode_observations(self.world, self.params, self.layout)[0]
+        view = build_view(self.world, self.params, 0)
+        self._views[agent] = view
+        self._prompts[agent] = render_prompt(view, last_feedback)
+        return self._prompts[agent]
+
+    def _decode(self, agent: str, action: Any):
+        """(ActionBatch, parsed reply or None, judge verdict or None) for one agent's action; its account is loaded."""
+        if self.face == "text":
+            if not isinstance(action, str):
+                raise InvalidActionError(f"{agent}: the text face's action is the reply string, got "
+                                         f"{type(action).__name__}")
+            parsed = parse_reply(action)
+            if parsed.action is not None:
+                row = sim.resolve_action(self.world, self.params, 0, parsed.action)
+            else:
+                row = (sim.ActionType.WAIT, 0, 0, 0.0, 1.0, sim.ErrorCode.INVALID_REPLY, 0.0, 0.0)
+            verdict = self.judge.score(parsed, self._views[agent], self._prompts[agent])
+            return sim.ActionBatch.from_actions([parsed.action], lambda b, a: row), parsed, verdict
+        try:
+            arr = np.asarray(action)
+            ints = arr.astype(np.int64)
+            integral = arr.dtype.kind in "iub" or bool(np.all(ints == arr))
+        except (TypeError, ValueError):
+            raise InvalidActionError(f"{agent}: action must be 4 integers [kind, target, size, side], got "
+                                     f"{action!r}") from None
+        if ints.shape != self.nvec.shape or not integral or np.any(ints < 0) or np.any(ints >= self.nvec):
+            raise InvalidActionError(f"{agent}: action must be 4 integers with 0 <= a[i] < {self.nvec.tolist()}, "
+                                     f"got {action!r}")
+        return decode_actions(ints[None, :], self.world, self.params, self.config.numeric_perp_leverage), None, None

@@ -1,0 +1,10 @@
+"""Adapters to the libraries RLAIF envs plug into (layer L6). Each submodule imports its library
+itself and raises `DependencyNotInstalled` naming the extra when it is missing:
+
+* `rlaif_gym.integrations.sb3`: Stable-Baselines3 VecEnv, metrics callback, evaluation (`[sb3]`).
+* `rlaif_gym.integrations.rllib`: RLlib env creators registered with Ray Tune (`[rllib]`).
+* `rlaif_gym.integrations.pettingzoo`: the multi-agent world as a PettingZoo ParallelEnv (`[pettingzoo]`).
+* `rlaif_gym.integrations.local_llm`: a llama.cpp server with a registry-shipped model (`[local-llm]`).
+
+Nothing is imported here, so `import rlaif_gym.integrations` never pulls in an optional library.
+"""

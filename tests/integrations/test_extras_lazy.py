@@ -1,0 +1,36 @@
+"""Optional libraries are imported lazily, and a missing one raises DependencyNotInstalled naming its extra."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+# Each snippet hides one library (a None entry in sys.modules makes its import fail) and imports our module.
+CASES = {
+    "pettingzoo": ("pettingzoo", "import rlaif_gym.integrations.pettingzoo", "rlaif-gym[pettingzoo]"),
+    "rllib": ("ray", "import rlaif_gym.integrations.rllib", "rlaif-gym[rllib]"),
+    "sb3": ("stable_baselines3", "import rlaif_gym.integrations.sb3", "rlaif-gym[sb3]"),
+    "ray-backend": ("ray", "from rlaif_gym.rollout.ray_backend import RayBackend\nimport asyncio\n"
+                    "from rlaif_gym.rollout import RolloutCollector\nfrom rlaif_gym.agents import ScriptedLLMAgent\n"
+                    "RolloutCollector(ScriptedLLMAgent(), backend=RayBackend(2)).collect(1, 0)", "rlaif-gym[ray]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_missing_extra_names_the_extra(case):
+    hidden, code, extra = CASES[case]
+    script = f"import sys\nsys.modules[{hidden!r}] = None\n" + textwrap.dedent(code)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0, f"{case}: importing without {hidden} did not fail"
+    assert "DependencyNotInstalled" in proc.stderr and extra in proc.stderr, proc.stderr[-1500:]
+
+
+def test_import_rlaif_gym_pulls_in_no_optional_library():
+    script = ("import sys, rlaif_gym, rlaif_gym.envs, rlaif_gym.rollout, rlaif_gym.integrations\n"
+              "import rlaif_gym.rollout.ray_backend\n"
+              "print(sorted(m for m in ('ray', 'pettingzoo', 'stable_baselines3', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

