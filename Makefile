@@ -30,7 +30,7 @@ demo: $(STAMP)
 
 demo-llm: $(STAMP)
 	# A real model plays: SmolLM2-135M on a local llama.cpp server, started and stopped by the command.
-	$(VENV)/bin/rlaif-gym serve-local --episodes 2 --num-envs 2 --max-ticks 3 --seed 0 --out runs/demo-llm --overwrite
+	$(VENV)/bin/rlaif-gym serve-local --episodes 2 --num-envs 2 --max-ticks 5 --seed 0 --out runs/demo-llm --overwrite
 	$(VENV)/bin/rlaif-gym report runs/demo-llm
 
 numeric-demo: $(STAMP)
