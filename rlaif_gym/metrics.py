@@ -7,8 +7,10 @@ rule judge's breakdown and every LLM call. From that alone this module computes 
 Sharpe, Sortino, Calmar, maximum drawdown, the format-valid rate, the reward components, the
 judge score and latency and tokens per call.
 
-The record does **not** hold the fees an action paid, the USD a sell or a perp close moved, market
-resolutions (which markets resolved, their outcomes and hidden probabilities) or liquidations. The
+Since fills were added to `Feedback`, each step also records the fee, the USD and shares its action
+moved, the resolution payout and the counts of resolved markets and liquidations. It does **not**
+hold which markets resolved, their outcomes and hidden probabilities, or the positions a trade
+opened and closed (and records written before fills were kept lack the fills too). The
 metrics that need them (win rate, profit factor, turnover, fees, prediction accuracy and Brier
 score) read an `EpisodeLedger` instead: the ground truth of one episode, which
 `rlaif_gym.report.replay` rebuilds by replaying the recorded actions on the recorded seed and

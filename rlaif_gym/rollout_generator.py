@@ -558,7 +558,7 @@ class FastRolloutGenerator:
             step_number=tick.tick_number, timestamp=tick.timestamp, environment_state=tick.environment_state,
             llm_calls=list(tick.llm_calls), action=tick.action, reward=tick.reward,
             observation=Observation(text=prompt, numeric=numeric),
-            feedback=Feedback(success=fb["success"], error=fb["error"], pnl_delta=fb["pnl_delta"]),
+            feedback=Feedback(success=fb["success"], error=fb["error"], pnl_delta=fb["pnl_delta"], **info["fill"]),
             reward_components=fb["reward_components"], format_errors=fb["format_errors"], judge=info["judge"],
         )
 

@@ -158,6 +158,13 @@ class Feedback(_Record):
     success: bool
     error: str | None = None
     pnl_delta: float = 0.0
+    # What the transition paid and moved (None in records written before these were kept):
+    shares: float | None = None  # shares bought or sold by the action
+    usd: float | None = None  # USD paid (buy), received net of fee (sell), margin posted (open), paid out (close)
+    fee: float | None = None  # USD fee charged for the action
+    payout: float | None = None  # USD paid to the agent by markets that resolved during the tick
+    markets_resolved: int | None = None  # markets that resolved during the tick
+    positions_liquidated: int | None = None  # agent perp positions liquidated during the tick
 
 
 class TrajectoryStep(_Record):

@@ -125,7 +125,9 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
 
     ## Info
     `reward_components` (dict of floats), `pnl_delta`, `equity`, `cash` (USD), `feedback`
-    (`{"success": bool, "error": str | None}`) and `tick`. These keys are a public contract.
+    (`{"success": bool, "error": str | None}`), `tick`, and `fill`: what the transition paid and
+    moved (`shares`, `usd`, `fee`, `payout` in USD; `markets_resolved`, `positions_liquidated`). These
+    keys are a public contract; the collector records `fill` in each step's `feedback`.
 
     ## Arguments
     `RLAIFEnv(config=None, render_mode=None, **overrides)`: `config` is an `RLAIFEnvConfig`, a mapping
@@ -248,6 +250,11 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
             "cash": float(self._core.state.cash[0]),
             "feedback": self._feedback,
             "tick": int(self._core.state.tick[0]),
+            "fill": {
+                "shares": float(out.filled_shares[0]), "usd": float(out.filled_usd[0]), "fee": float(out.fee[0]),
+                "payout": float(out.payout[0]), "markets_resolved": int(out.resolved[0]),
+                "positions_liquidated": int(out.liquidated[0]),
+            },
         }
 
     def render(self):

@@ -1,11 +1,13 @@
 """Rebuild an episode's ground truth by replaying its recorded actions: fees, trades, resolutions.
 
-The trajectory record lacks what an action paid and moved, and which markets resolved with what
-outcome (see `rlaif_gym.metrics`). The world is a pure function of the seed and the actions, so
+The trajectory record keeps each step's fill, fee and payout (`Feedback`; older records lack them)
+but not which markets resolved with what outcome, nor the positions behind them (see
+`rlaif_gym.metrics`). The world is a pure function of the seed and the actions, so
 `replay` re-runs the recorded canonical actions (`step.action`, not the reply text, so any reply
 format or constrained-decoding rewrite replays alike) on the recorded seed and config, and reads
 the answers off the engine's `StepOutcome` and state. Every tick is checked against the record
-(equity before the action, the action's success and the transition's `pnl_delta`); the first
+(equity before the action, the action's success, the transition's `pnl_delta`, and the recorded
+fill, fee and payout where the record has them); the first
 disagreement raises `ReplayError` and no ledger is produced, so a trajectory written by another
 version of the world is reported as such rather than with made-up numbers.
 
@@ -163,6 +165,13 @@ class _Book:
                               f"{'succeeded' if recorded_ok else 'failed'} with {recorded_delta:.6f}")
         serial, hold, positions = before.serial[b], before.hold[:, b, :].copy(), self.positions  # hold: [side, slot]
         fee, usd, shares = float(out.fee[b]), float(out.filled_usd[b]), float(out.filled_shares[b])
+        fb = step.feedback
+        if fb is not None and fb.fee is not None:  # records since fills were kept: they must agree too
+            replayed = {"fee": fee, "usd": usd, "shares": shares, "payout": float(out.payout[b])}
+            off = [k for k, v in replayed.items() if getattr(fb, k) is not None and not _close(v, getattr(fb, k))]
+            if off or fb.markets_resolved not in (None, int(out.resolved[b])):
+                raise ReplayError(f"replay disagrees with the record at step {i} (tick {tick}): "
+                                  f"{', '.join(off) or 'markets_resolved'} differ(s) from the recorded fill")
         self.fees[i] = fee
         if ok and kind == sim.ActionType.BUY_PREDICTION:
             key = ("pm", int(serial[target]), side)

@@ -486,7 +486,7 @@ class RolloutCollector:
                     ),
                     reward=reward, observation=Observation(text=prompt, numeric=numeric),
                     feedback=Feedback(success=info["feedback"]["success"], error=info["feedback"]["error"],
-                                      pnl_delta=info["pnl_delta"]),
+                                      pnl_delta=info["pnl_delta"], **info["fill"]),
                     reward_components=info["reward_components"], format_errors=info["format_errors"],
                     judge=info["judge"],
                 ))

@@ -1,4 +1,4 @@
-"""The replay rebuilds what the record lacks (fees, trades, resolutions) and agrees with the world's own books."""
+"""The replay rebuilds what the record lacks (trades, resolutions) and agrees with the world's own books and fills."""
 
 from __future__ import annotations
 
@@ -154,6 +154,32 @@ def test_replay_of_collected_runs_agrees_with_the_env_fed_the_recorded_replies(s
         np.testing.assert_allclose(ledger.perp_prices[-1], state.perp_price[0])
         env.close()
     assert sum(len(r.trades) for r in results.values()) > 0, "the scripted model should trade in 14 ticks"
+
+
+def test_collected_steps_record_fills_that_match_the_envs_books(scripted_run):
+    """Each step's feedback carries the action's fill, fee and payout; summed, they match the env's accounts."""
+    for t in load_run(scripted_run):
+        fills = [s.feedback for s in t.steps]
+        assert all(f.fee is not None and f.usd is not None and f.markets_resolved is not None for f in fills)
+        buys = [(s, f) for s, f in zip(t.steps, fills, strict=True)
+                if s.action.action_type == "buy_prediction" and s.action.success]
+        assert buys, "the scripted model buys within 14 ticks"
+        assert all(f.shares > 0 and f.usd > 0 and f.fee > 0 for _, f in buys)
+        env = gym.make("RLAIF-Text-v0", config=t.config, disable_env_checker=True)
+        env.reset(seed=t.seed)
+        for s in t.steps:
+            env.step(s.llm_calls[0].response)
+        state = env.unwrapped.state
+        assert sum(f.fee for f in fills) == pytest.approx(float(state.fees_paid[0]), abs=1e-9)
+        env.close()
+
+
+def test_a_recorded_fee_that_disagrees_with_the_world_is_refused(scripted_run):
+    traj = load_run(scripted_run)[0]
+    traded = next(i for i, s in enumerate(traj.steps) if s.feedback.fee)
+    traj.steps[traded].feedback.fee += 0.5
+    with pytest.raises(ReplayError, match=f"step {traded}.*fee"):
+        replay(traj)
 
 
 def test_a_record_that_disagrees_with_the_world_is_refused_with_the_step(scripted_run):
