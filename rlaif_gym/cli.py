@@ -169,6 +169,14 @@ def _build_app():
         resume: bool = typer.Option(False, help="continue a killed run in --out without duplicates"),
         overwrite: bool = typer.Option(False, help="delete a previous run in --out first"),
         group_size: int = typer.Option(1, help="episodes per env seed (GRPO groups)"),
+        fork_tick: int = typer.Option(None, help="GRPO groups from one mid-episode state: play each seed to this "
+                                      "tick once, fork it into --group-size branches (--episodes must be a "
+                                      "multiple of --group-size)"),
+        include_trunk: bool = typer.Option(False, help="--fork-tick: prepend the shared trunk to every branch"),
+        ray_workers: int = typer.Option(None, help="collect on this many Ray actors ([ray] extra); each runs "
+                                        "--num-envs episodes at once"),
+        ray_address: str = typer.Option(None, help="--ray-workers: an existing Ray cluster, e.g. auto or "
+                                        "ray://head:10001 (default: a local instance)"),
         max_ticks: int = typer.Option(None, help="stop episodes after this many ticks"),
         temperature: float = typer.Option(0.7, help="sampling temperature"),
         max_tokens: int = typer.Option(512, help="max completion tokens per call"),
@@ -212,15 +220,33 @@ def _build_app():
             from .storage import FanoutSink, SqlTrajectorySink
 
             sink = FanoutSink(store, SqlTrajectorySink(db))
+        if fork_tick is not None and episodes % group_size:
+            raise ConfigError(f"--fork-tick collects whole groups: --episodes ({episodes}) must be a multiple of "
+                              f"--group-size ({group_size})")
+        if ray_address is not None and ray_workers is None:
+            raise ConfigError("--ray-address needs --ray-workers (the number of Ray actors)")
+        backend = None
+        if ray_workers is not None:
+            from .rollout.ray_backend import RayBackend
+
+            backend = RayBackend(ray_workers, address=ray_address)
         collector = RolloutCollector(policy, sink=sink, env_config=_parse_overrides(set_), num_envs=num_envs,
                                      max_concurrent_calls=max_concurrent_calls, group_size=group_size,
                                      run_name=out.name or "run", progress=progress and sys.stderr.isatty(),
-                                     max_ticks=max_ticks)
+                                     max_ticks=max_ticks, backend=backend)
         judge_client = None
         if judge is JudgeKind.llm:  # built before collecting, so a missing judge model fails fast; its own
             # client (same class and server as the policy by default), never the policy's constrained one
             judge_client = _judge_client(judge_base_url or base_url, judge_model or model, timeout, max_retries)
-        summary = collector.collect(episodes, seed, resume=resume)
+        try:
+            if fork_tick is not None:
+                summary = collector.collect_forks(episodes // group_size, seed, fork_tick=fork_tick, resume=resume,
+                                                  include_trunk=include_trunk)
+            else:
+                summary = collector.collect(episodes, seed, resume=resume)
+        finally:
+            if backend is not None:
+                backend.shutdown()
         if parquet:
             from .storage import write_parquet
 

@@ -65,3 +65,18 @@ def test_backend_is_validated():
         _collector(backend="spark")
     with pytest.raises(ConfigError, match="num_workers"):
         RayBackend(num_workers=0)
+
+
+def test_rollout_command_with_ray_workers_writes_the_local_runs_trajectories(local_ray, tmp_path, capsys):
+    from rlaif_gym.cli import main
+
+    common = ["rollout", "--episodes", "4", "--num-envs", "2", "--seed", "5", "--no-progress", "--set",
+              f"num_ticks={TICKS}"]
+    assert main([*common, "--out", str(tmp_path / "run")]) == 0
+    local = {t.trajectory_id: _content(t) for t in JsonlStore(tmp_path / "run").read()}
+    (tmp_path / "run").rename(tmp_path / "local")
+    assert main([*common, "--out", str(tmp_path / "run"), "--ray-workers", "2"]) == 0, capsys.readouterr().err
+    remote = {t.trajectory_id: _content(t) for t in JsonlStore(tmp_path / "run").read()}
+    assert len(local) == 4 and remote == local
+    assert main([*common, "--out", str(tmp_path / "x"), "--ray-address", "auto"]) == 2
+    assert "--ray-address needs --ray-workers" in capsys.readouterr().err

@@ -105,3 +105,25 @@ def test_a_missing_run_directory_is_an_error_and_is_not_created(command, tmp_pat
     captured = capsys.readouterr()
     assert code == 2, f"{command} of a missing directory returned {code} (stdout: {captured.out[-300:]})"
     assert not missing.exists(), f"{command} created the missing run directory {missing}"
+
+
+def test_rollout_fork_tick_collects_groups_that_share_the_state_at_the_fork(tmp_path, capsys):
+    out = tmp_path / "forks"
+    code = main(["rollout", "--episodes", "4", "--group-size", "2", "--fork-tick", "5", "--seed", "3", "--out",
+                 str(out), "--no-progress", "--set", "num_ticks=9"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    trajs = read_store_strict(out)
+    groups: dict[str, list] = {}
+    for t in trajs:
+        groups.setdefault(t.group_id, []).append(t)
+    assert sorted(groups) == ["forks-s3-t5", "forks-s4-t5"]
+    for members in groups.values():
+        assert len(members) == 2
+        # Branches start at the fork tick from one state: the same prompt and equity there.
+        firsts = [m.steps[0] for m in members]
+        assert all(s.step_number == 5 for s in firsts) and all(len(m.steps) == 4 for m in members)
+        assert firsts[0].observation.text == firsts[1].observation.text
+        assert firsts[0].environment_state.agent_balance == firsts[1].environment_state.agent_balance
+    assert main(["rollout", "--episodes", "3", "--group-size", "2", "--fork-tick", "5", "--out",
+                 str(tmp_path / "bad"), "--no-progress"]) == 2
+    assert "multiple of --group-size" in capsys.readouterr().err
