@@ -13,3 +13,18 @@ def env():
     e = gym.make("RLAIF-v0")
     yield e
     e.close()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Close the two /dev/null files llama_cpp._utils opens at import and never closes.
+
+    Otherwise the interpreter reports them as unclosed (two ResourceWarnings) after pytest's
+    summary, at the very end of the CI log. By now every llama_cpp object of the tests is closed.
+    """
+    import sys
+
+    utils = sys.modules.get("llama_cpp._utils")
+    for name in ("outnull_file", "errnull_file"):
+        handle = getattr(utils, name, None)
+        if handle is not None and not handle.closed:
+            handle.close()
