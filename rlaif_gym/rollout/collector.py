@@ -443,14 +443,14 @@ class RolloutCollector:
         failed_calls = []
         errors: list[str] = []
         status = "completed"
-        end: _Start | None = None
+        ready, tick = False, 0  # play reached a prompt; the tick it stands at
         try:
             if start is None:
                 prompt, info = env.reset(seed=spec.env_seed)
                 system, t0 = info["system_prompt"], 0
             else:
                 system, prompt, info, t0 = start.system, start.prompt, start.info, start.tick
-            end = _Start(env, system, prompt, info, t0, steps)
+            ready, tick = True, t0
             for t in range(t0, limit):
                 state = base.state
                 equity, cash = info["equity"], info["cash"]
@@ -491,8 +491,7 @@ class RolloutCollector:
                     judge=info["judge"],
                 ))
                 display.tick(reward)
-                prompt = next_prompt
-                end = _Start(env, system, prompt, info, t + 1, steps)
+                prompt, tick = next_prompt, t + 1
                 if terminated:
                     status = "bankrupt"
                     break
@@ -501,6 +500,7 @@ class RolloutCollector:
         except Exception as exc:  # a bad episode is data: record it, keep the run going
             status = "failed"
             errors.append(f"{type(exc).__name__}: {exc} | {traceback.format_exc(limit=3).strip().splitlines()[-1]}")
+        end = _Start(env, system, prompt, info, tick, steps) if ready else None
         return steps, failed_calls, errors, status, end
 
     def _trajectory(self, spec, base, steps, failed_calls, errors, status, wall_s) -> Trajectory:
