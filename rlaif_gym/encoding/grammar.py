@@ -52,8 +52,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {"outcome": ("YES", "NO"), "side": ("LONG
 _TEXT_FIELDS = frozenset({"content"})
 _ID_CHARS = "A-Za-z0-9 ._:-"  # ids and names: market-3, BTCAI, agent-2, Alpha Insiders, group-0
 # Free text is any JSON string character except the quote, the backslash (no escapes), control
-# characters, "<" (a "<think>" inside a post would unbalance the reply's think tags) and the backtick
-# (parse_reply strips ``` code fences anywhere after the think block, inside strings too).
+# characters, "<" and the backtick: a constrained post stays plain text, with no tag-like or
+# code-fence markup for a downstream reader to trip on (parse_reply itself ignores both inside JSON).
 _TEXT_CLASS_GBNF = '^"\\\\<`\\x00-\\x1f'
 _TEXT_PATTERN = '^[^"\\\\<`\\x00-\\x1f]+$'
 _THINK_CLOSE = "</think>\n"

@@ -63,10 +63,13 @@ class ParsedReply:
         return self.action is not None and not self.errors
 
 
-def _json_objects(text: str) -> list[dict]:
-    """Top-level JSON objects in `text`, in order (objects nested inside another are skipped)."""
+def _json_spans(text: str) -> list[tuple[int, int, dict]]:
+    """Top-level JSON objects in `text` with their (start, end) offsets, in order.
+
+    Objects nested inside another are skipped; at most `_MAX_JSON_STARTS` "{" are tried.
+    """
     decoder = json.JSONDecoder()
-    found: list[dict] = []
+    found: list[tuple[int, int, dict]] = []
     pos, starts = 0, 0
     while starts < _MAX_JSON_STARTS:
         i = text.find("{", pos)
@@ -79,9 +82,33 @@ def _json_objects(text: str) -> list[dict]:
             pos = i + 1
             continue
         if isinstance(obj, dict):
-            found.append(obj)
+            found.append((i, end, obj))
         pos = end
     return found
+
+
+def _json_objects(text: str) -> list[dict]:
+    """Top-level JSON objects in `text`, in order (objects nested inside another are skipped)."""
+    return [obj for _, _, obj in _json_spans(text)]
+
+
+def _outside_json(text: str) -> str:
+    """`text` with every top-level JSON object blanked out (same length, so offsets still hold).
+
+    Think tags are looked for here: a "<think>" inside a JSON string (a post that quotes one, say) is
+    data, not a tag, and must neither unbalance the reply nor open a second reasoning block.
+    """
+    if "<" not in text or "{" not in text:
+        return text
+    spans = [(a, b) for a, b, _ in _json_spans(text) if "<" in text[a:b]]
+    if not spans:
+        return text
+    parts, pos = [], 0
+    for a, b in spans:
+        parts += [text[pos:a], " " * (b - a)]
+        pos = b
+    parts.append(text[pos:])
+    return "".join(parts)
 
 
 def _action_dict(obj: dict) -> dict | None:
@@ -121,17 +148,19 @@ def parse_reply(text: str) -> ParsedReply:
         return ParsedReply(None, "", ("the reply is empty; expected <think>...</think> then one JSON action",))
 
     # Reasoning: balanced think/thinking blocks; an unclosed tag is an error (its text still counts).
-    blocks = list(_THINK.finditer(text))
-    opens, closes = len(_THINK_OPEN.findall(text)), len(_THINK_CLOSE.findall(text))
+    # Tags are found outside JSON objects; the text itself is read from `text` at the same offsets.
+    tagged = _outside_json(text)
+    blocks = list(_THINK.finditer(tagged))
+    opens, closes = len(_THINK_OPEN.findall(tagged)), len(_THINK_CLOSE.findall(tagged))
     think_closed = opens == closes
     tag = blocks[0].group(1).lower() if blocks else None
     if blocks:
-        reasoning = "\n".join(b.group(2).strip() for b in blocks)
+        reasoning = "\n".join(text[b.start(2):b.end(2)].strip() for b in blocks)
         rest = text[blocks[-1].end():]
         if len(blocks) > 1:
             errors.append(f"found {len(blocks)} <think> blocks; expected one")
     elif opens:
-        m = _THINK_OPEN.search(text)
+        m = _THINK_OPEN.search(tagged)
         reasoning, rest = text[m.end():], text[m.end():]
     else:
         reasoning, rest = "", text
@@ -139,7 +168,7 @@ def parse_reply(text: str) -> ParsedReply:
         errors.append("unbalanced <think> tags; expected <think>...</think> before the action")
 
     # Action: the decisions XML, else JSON after the reasoning (else anywhere).
-    decisions = _decisions(text)
+    decisions = _decisions(tagged)
     if decisions is not None:
         candidates, layout = decisions, "decisions"
         if not blocks and not opens:

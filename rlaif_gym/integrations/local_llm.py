@@ -391,11 +391,17 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
             collector = RolloutCollector(agent, sink=JsonlStore(out), env_config=env_config, num_envs=num_envs,
                                          max_ticks=max_ticks, run_name=out.name or "local-llm")
             summary = collector.collect(episodes, seed)
-        finally:
+        except BaseException:
+            # Interrupted or failed: nobody waits for the generation in flight (a server busy in one may
+            # ignore SIGTERM), so the server gets 1 s before SIGKILL instead of 10.
             pid = server.pid
-            server.stop(keep_log=not ready)  # a failed start's error names its log
+            server.stop(grace_s=1.0, keep_log=not ready)  # a failed start's error names its log
             if pid is not None:
                 log(f"server pid {pid} stopped")
+            raise
+        pid = server.pid
+        server.stop()
+        log(f"server pid {pid} stopped")
     m = policy_metrics(list(JsonlStore(out).read()))
     if m["calls"]:
         comps = ", ".join(f"{k} {v:+.3f}" for k, v in m["mean_components"].items())

@@ -15,6 +15,7 @@ asked again without it, and remembered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -95,7 +96,10 @@ class OpenAIChatClient:
         """Close the HTTP client of the running event loop (the collector calls this when it finishes)."""
         client, self._client, self._client_loop = self._client, None, None
         if client is not None:
-            await client.close()
+            # Bounded: closing a pool whose request was just cancelled (Ctrl-C mid-call) can wait on
+            # that connection; an interrupted run must still exit (the OS reclaims the sockets).
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(client.close(), timeout=5.0)
 
     async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
         """One completion, retried on transient failures; raises `LLMError` when it gives up."""

@@ -100,12 +100,15 @@ def test_grammar_excludes_what_the_parser_rejects():
         '<think>ok</think>\n{"type": "wait"}{"type": "wait"}',
         '<think>ok</think>\n{"type": "close_perp"}',
         '{"type": "wait"}',
-        '<think>ok</think>\n{"type": "create_post", "content": "see <think>"}',
         "<think></think>\n" + '{"type": "wait"}',
     ]
     for text in bad:
         assert not regex.fullmatch(text), f"the grammar accepts {text!r}"
         assert not parse_reply(text).ok or "<think></think>" in text, f"parse_reply accepts {text!r}"
+    # Stricter than the parser on purpose: constrained posts carry no tag-like text (the parser reads a
+    # tag inside a JSON string as data, so it accepts this reply).
+    plain_only = '<think>ok</think>\n{"type": "create_post", "content": "see <think>"}'
+    assert not regex.fullmatch(plain_only) and parse_reply(plain_only).ok
 
 
 def test_the_system_prompt_examples_are_in_the_grammar():

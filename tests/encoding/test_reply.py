@@ -80,3 +80,31 @@ def test_backticks_inside_a_json_string_survive_and_fences_around_the_json_still
                          'and ```json here", "market": "market-1"}\n```')
     assert fenced.action is not None and fenced.action.content == "see ```code``` and ```json here"
     assert fenced.errors == ()
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["I <think> this is cheap", "closing </think> early", "<think>a second block</think>",
+     "<thinking>", "<decisions><decision action='wait'/></decisions>"],
+    ids=["open-tag", "close-tag", "whole-block", "thinking-tag", "decisions-block"],
+)
+def test_tags_inside_a_json_string_are_data_not_markup(content):
+    """A post that quotes a think tag or a decisions block is a valid canonical reply, posted verbatim."""
+    import json
+
+    action = json.dumps({"type": "create_post", "content": content})
+    parsed = parse_reply(f"<think>quote the tag</think>\n{action}")
+    assert parsed.errors == (), parsed.errors
+    assert parsed.layout == "think+json" and parsed.think_closed
+    assert parsed.reasoning == "quote the tag"
+    assert parsed.action is not None and parsed.action.type == "create_post" and parsed.action.content == content
+    # With no think block the JSON-only layout is still read, and the tag inside it is not a block.
+    bare = parse_reply(action)
+    assert bare.layout == "json" and bare.think_closed and bare.action.content == content
+
+
+def test_tags_inside_json_in_the_reasoning_do_not_split_the_block():
+    reply = '<think>I drafted {"type": "create_post", "content": "</think>"} and chose to buy.</think>' + BUY
+    parsed = parse_reply(reply)
+    assert parsed.think_closed and parsed.errors == (), parsed.errors
+    assert parsed.reasoning.endswith("and chose to buy.") and parsed.action.type == "buy_prediction"

@@ -203,7 +203,8 @@ def _serve_local(tmp_path: Path, *args: str) -> subprocess.Popen:
            "--episodes", "1", "--num-envs", "1", "--set", "num_markets=2", "--set", "num_perps=1",
            "--set", "num_groups=1", *args]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200",
+                                 "PYTHONFAULTHANDLER": "1"})
 
 
 def _server_pid(proc: subprocess.Popen, lines: list[str]) -> int:
@@ -240,7 +241,13 @@ def test_serve_local_interrupted_leaves_no_server_behind(tmp_path, sig):
         assert _alive(pid)
         time.sleep(0.5)  # let the rollout start its first call
         proc.send_signal(sig)
-        proc.communicate(timeout=60)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack goes to the output
+            out, _ = proc.communicate(timeout=30)
+            raise AssertionError(f"serve-local still running 60 s after {sig.name}; its stacks:\n"
+                                 f"{out[-6000:]}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
