@@ -133,6 +133,7 @@ def _summary_table(summary, out: Path | None):
     d = summary.to_dict()
     rows = [
         ("episodes planned", d["planned"]), ("skipped (already on disk)", d["skipped_existing"]),
+        *([("failed before, played again", d["retried_failed"])] if d["retried_failed"] else []),
         ("completed", d["completed"]), ("bankrupt", d["bankrupt"]), ("failed", d["failed"]),
         ("ticks", d["steps"]), ("LLM calls", d["llm_calls"]), ("failed calls", d["failed_calls"]),
         ("ticks / s", f"{d['ticks_per_s']:.1f}"), ("wall time (s)", f"{d['wall_s']:.1f}"),
@@ -167,6 +168,8 @@ def _build_app():
         seed: int = typer.Option(0, help="run seed: env seeds are seed, seed+1, ..."),
         out: Path = typer.Option(Path("runs/latest"), help="output directory (JSONL trajectories + run.json)"),
         resume: bool = typer.Option(False, help="continue a killed run in --out without duplicates"),
+        retry_failed: bool = typer.Option(False, help="--resume: also play again the trajectories stored as failed "
+                                          "(the old records move to retried-failures.jsonl)"),
         overwrite: bool = typer.Option(False, help="delete a previous run in --out first"),
         group_size: int = typer.Option(1, help="episodes per env seed (GRPO groups)"),
         fork_tick: int = typer.Option(None, help="GRPO groups from one mid-episode state: play each seed to this "
@@ -241,9 +244,9 @@ def _build_app():
         try:
             if fork_tick is not None:
                 summary = collector.collect_forks(episodes // group_size, seed, fork_tick=fork_tick, resume=resume,
-                                                  include_trunk=include_trunk)
+                                                  include_trunk=include_trunk, retry_failed=retry_failed)
             else:
-                summary = collector.collect(episodes, seed, resume=resume)
+                summary = collector.collect(episodes, seed, resume=resume, retry_failed=retry_failed)
         finally:
             if backend is not None:
                 backend.shutdown()
@@ -254,6 +257,9 @@ def _build_app():
         console.print(_summary_table(summary, out))
         for err in summary.errors[:10]:
             console.print(f"[red]error[/red] {err}")
+        if summary.failed:
+            console.print(f"{summary.failed} trajectories failed (recorded with their errors); once the cause is "
+                          "fixed, the same command with --resume --retry-failed plays them again", highlight=False)
         if judge_client is not None:  # a post-pass over the stored run; rescore: judge only what the tape lacks
             from .llm_judge import JudgeConfig, judge_run
 

@@ -15,7 +15,7 @@ Design.
   other episodes carry on. A malformed *reply* is not a failure: the env scores it (format -1).
 * **Streaming and resume.** Each finished trajectory goes to the sink at once; with `resume=True`,
   episodes whose trajectory id the sink already holds are skipped, so a killed run continues without
-  losing or duplicating anything.
+  losing or duplicating anything; `retry_failed=True` also sets aside and replays the failed ones.
 
 * **GRPO groups from one mid-episode state** (`collect_forks`): a trunk episode is played to
   `fork_tick`, the env is forked (`RLAIFEnv.fork`) into `group_size` branches, and each branch plays
@@ -115,6 +115,8 @@ class CollectionSummary:
 
     planned: int = 0
     skipped_existing: int = 0
+    retried_failed: int = 0
+    """Failed trajectories of the resumed run that were set aside and played again (`retry_failed`)."""
     completed: int = 0
     failed: int = 0
     bankrupt: int = 0
@@ -222,18 +224,19 @@ class RolloutCollector:
 
     # -- running ----------------------------------------------------------------------------
 
-    def collect(self, episodes: int, seed: int = 0, *, resume: bool = False) -> CollectionSummary:
+    def collect(self, episodes: int, seed: int = 0, *, resume: bool = False,
+                retry_failed: bool = False) -> CollectionSummary:
         """Run the collection to completion (blocking); see `collect_async`."""
-        return asyncio.run(self.collect_async(episodes, seed, resume=resume))
+        return asyncio.run(self.collect_async(episodes, seed, resume=resume, retry_failed=retry_failed))
 
     def collect_forks(self, groups: int, seed: int = 0, *, fork_tick: int, resume: bool = False,
-                      include_trunk: bool = False) -> CollectionSummary:
+                      include_trunk: bool = False, retry_failed: bool = False) -> CollectionSummary:
         """Collect GRPO groups that share one mid-episode state (blocking); see `collect_forks_async`."""
         return asyncio.run(self.collect_forks_async(groups, seed, fork_tick=fork_tick, resume=resume,
-                                                    include_trunk=include_trunk))
+                                                    include_trunk=include_trunk, retry_failed=retry_failed))
 
     async def collect_forks_async(self, groups: int, seed: int = 0, *, fork_tick: int, resume: bool = False,
-                                  include_trunk: bool = False) -> CollectionSummary:
+                                  include_trunk: bool = False, retry_failed: bool = False) -> CollectionSummary:
         """Collect `groups` groups of `group_size` branches forked at tick `fork_tick`.
 
         For each group the agent plays a trunk episode from `reset(seed=env_seed)` to `fork_tick`
@@ -245,6 +248,7 @@ class RolloutCollector:
             seed: the first env seed.
             fork_tick: the tick at which the branches split (0 = right after reset).
             resume: skip branches the sink already holds (the trunk is replayed; it is deterministic).
+            retry_failed: with `resume`, also play again the branches stored as failed (see `collect_async`).
             include_trunk: prepend the trunk's steps to every branch, so each trajectory is a whole
                 episode; by default a branch's steps start at `fork_tick` (their `step_number` is the
                 tick). Group ids are `<run>-s<seed>-t<fork_tick>`.
@@ -252,17 +256,35 @@ class RolloutCollector:
         plan = self.plan_forks(groups, seed, fork_tick)
         specs = [m for g in plan for m in g.members]
         manifest = self.manifest(groups * self.group_size, seed, fork_tick, include_trunk)
-        return await self._run(specs, plan, manifest, resume, include_trunk)
+        return await self._run(specs, plan, manifest, resume, include_trunk, retry_failed)
 
-    async def collect_async(self, episodes: int, seed: int = 0, *, resume: bool = False) -> CollectionSummary:
-        """Collect `episodes` trajectories; returns the summary. Never raises for a failed episode."""
+    async def collect_async(self, episodes: int, seed: int = 0, *, resume: bool = False,
+                            retry_failed: bool = False) -> CollectionSummary:
+        """Collect `episodes` trajectories; returns the summary. Never raises for a failed episode.
+
+        Args:
+            episodes: trajectories to collect (env seeds from `seed`; see `plan`).
+            seed: the run seed.
+            resume: continue the run the sink already holds (same settings, checked against its
+                manifest): every trajectory it holds is skipped, so nothing is lost or duplicated.
+            retry_failed: with `resume`, first set aside the stored trajectories whose status is
+                "failed" (a server outage, say) and play those episodes again, with the same seeds.
+                The JSONL store keeps the old records in `retried-failures.jsonl`; a database row is
+                replaced. Needs a sink with `failed_ids` and `set_aside`.
+        """
         specs = self.plan(episodes, seed)
-        return await self._run(specs, None, self.manifest(episodes, seed), resume, False)
+        return await self._run(specs, None, self.manifest(episodes, seed), resume, False, retry_failed)
 
     async def _run(self, specs: list[EpisodeSpec], fork_plan: list[ForkGroup] | None, manifest: dict[str, Any],
-                   resume: bool, include_trunk: bool) -> CollectionSummary:
+                   resume: bool, include_trunk: bool, retry_failed: bool = False) -> CollectionSummary:
         summary = CollectionSummary(planned=len(specs))
         done_ids: set[str] = set()
+        if retry_failed and not resume:
+            raise ConfigError("retry_failed replays the failed trajectories of a run being resumed; pass "
+                              "resume=True as well (--resume --retry-failed)")
+        if retry_failed and not (hasattr(self.sink, "failed_ids") and hasattr(self.sink, "set_aside")):
+            raise ConfigError(f"retry_failed needs a sink that can set records aside (JsonlStore, "
+                              f"SqlTrajectorySink, FanoutSink); {type(self.sink).__name__} cannot")
         if self.sink is not None and hasattr(self.sink, "read_manifest"):
             previous = self.sink.read_manifest()
             if previous is not None and resume:
@@ -279,6 +301,10 @@ class RolloutCollector:
         if resume and self.sink is not None and hasattr(self.sink, "completed_ids"):
             if hasattr(self.sink, "repair"):
                 self.sink.repair()
+            if retry_failed:
+                failed = set(self.sink.failed_ids()) & {s.trajectory_id for s in specs}
+                self.sink.set_aside(failed)
+                summary.retried_failed = len(failed)
             done_ids = set(self.sink.completed_ids())
         todo = [s for s in specs if s.trajectory_id not in done_ids]
         summary.skipped_existing = len(specs) - len(todo)

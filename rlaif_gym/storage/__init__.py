@@ -19,6 +19,7 @@ from .exports import (
 from .fanout import FanoutSink
 from .jsonl import (
     MANIFEST_NAME,
+    SET_ASIDE_NAME,
     CorruptLineError,
     JsonlStore,
     RepairReport,
@@ -35,6 +36,7 @@ __all__ = [
     "EXPORT_KINDS",
     "MANIFEST_NAME",
     "PARQUET_SUMMARY_COLUMNS",
+    "SET_ASIDE_NAME",
     "CorruptLineError",
     "FanoutSink",
     "JsonlStore",

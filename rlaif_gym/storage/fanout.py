@@ -74,6 +74,14 @@ class FanoutSink:
                         sink.append(trajectory)
         return done
 
+    def failed_ids(self) -> set[str]:
+        """The primary's failed trajectories (the ones `--retry-failed` plays again)."""
+        return set(self.primary.failed_ids())
+
+    def set_aside(self, ids: set[str]) -> int:
+        """Take `ids` out of the primary only: in the other sinks the replayed trajectory replaces them."""
+        return self.primary.set_aside(ids)
+
     def read(self) -> Iterator[Trajectory]:
         """The primary's trajectories."""
         return self.primary.read()

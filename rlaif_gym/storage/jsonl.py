@@ -30,6 +30,7 @@ from ._files import atomic_write_bytes, fsync_dir
 
 __all__ = [
     "MANIFEST_NAME",
+    "SET_ASIDE_NAME",
     "CorruptLineError",
     "JsonlStore",
     "RepairReport",
@@ -42,6 +43,9 @@ __all__ = [
 
 MANIFEST_NAME = "run.json"
 """The run manifest's file name, beside the data files."""
+
+SET_ASIDE_NAME = "retried-failures.jsonl"
+"""Where `set_aside` keeps the records it takes out of the store (not a data file: readers skip it)."""
 
 _FILE_PREFIX = "trajectories-"
 _FILE_SUFFIX = ".jsonl"
@@ -162,6 +166,13 @@ def _parse_line(path: Path, number: int, raw: bytes, is_last: bool,
         return Trajectory.from_json(body)  # the schema's own reader: our layout, or the original's
     except ValueError as exc:  # pydantic's ValidationError, or a stepsJson that is not JSON
         raise CorruptLineError(path, number, f"not a valid trajectory record:\n{exc}") from exc
+
+
+def _record_id(data: dict[str, Any], path: Path, number: int) -> str:
+    value = data.get("trajectoryId", data.get("trajectory_id"))
+    if not isinstance(value, str):
+        raise CorruptLineError(path, number, "the record has no string trajectoryId")
+    return value
 
 
 def _parse_lines(path: Path, validate: bool) -> Iterator[Trajectory | dict[str, Any]]:
@@ -336,14 +347,68 @@ class JsonlStore:
                     ids.add(json.loads(match[2]))
                     continue
                 data = _parse_line(path, number, raw, is_last, validate=False)
-                if data is None:
-                    continue
-                assert isinstance(data, dict)
-                value = data.get("trajectoryId", data.get("trajectory_id"))
-                if not isinstance(value, str):
-                    raise CorruptLineError(path, number, "the record has no string trajectoryId")
-                ids.add(value)
+                if data is not None:
+                    ids.add(_record_id(data, path, number))
         return ids
+
+    def failed_ids(self) -> set[str]:
+        """The ids of stored trajectories whose `finalStatus` is "failed" (what `--retry-failed` replays).
+
+        Only lines that contain `"failed"` at all are parsed (without model validation).
+        """
+        ids: set[str] = set()
+        for path in self.files():
+            for number, raw, is_last in _lines(path):
+                if b'"failed"' not in raw:
+                    continue
+                data = _parse_line(path, number, raw, is_last, validate=False)
+                if isinstance(data, dict) and data.get("finalStatus", data.get("final_status")) == "failed":
+                    ids.add(_record_id(data, path, number))
+        return ids
+
+    def set_aside(self, ids: Iterable[str]) -> int:
+        """Take the records of `ids` out of the store, so that a resumed run plays those episodes again.
+
+        Nothing is deleted: the lines are first appended (and fsynced) to `SET_ASIDE_NAME` beside the
+        data files, then every data file that held one is rewritten without it, atomically (temp file
+        and rename). A process killed in between leaves the line in both places; the next resume sets
+        it aside again. Like `repair`, call it only while no other process appends to the store.
+
+        Returns:
+            The number of lines taken out.
+        """
+        wanted = set(ids)
+        if not wanted:
+            return 0
+        moved = 0
+        with self._lock:
+            for path in self.files():
+                keep: list[bytes] = []
+                out: list[bytes] = []
+                for number, raw, is_last in _lines(path):
+                    match = None if is_last else _ID_PREFIX.match(raw)
+                    if match:
+                        record_id = json.loads(match[2])
+                    else:
+                        data = _parse_line(path, number, raw, is_last, validate=False)
+                        record_id = None if data is None else _record_id(data, path, number)
+                    if record_id in wanted:
+                        out.append(raw if raw.endswith(b"\n") else raw + b"\n")
+                    else:
+                        keep.append(raw)  # byte for byte (a torn tail stays a tail for repair())
+                if not out:
+                    continue
+                aside = self.directory / SET_ASIDE_NAME
+                fd = os.open(aside, os.O_APPEND | os.O_CREAT | os.O_WRONLY, 0o644)
+                try:
+                    os.write(fd, b"".join(out))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                atomic_write_bytes(path, b"".join(keep))
+                fsync_dir(self.directory)
+                moved += len(out)
+        return moved
 
     def __iter__(self) -> Iterator[Trajectory | dict[str, Any]]:
         return self.read()

@@ -233,6 +233,28 @@ class SqlTrajectorySink:
         with self.engine.connect() as conn:
             return {row[0] for row in conn.execute(self._sa.select(self.table.c.trajectoryId))}
 
+    def failed_ids(self) -> set[str]:
+        """The `"trajectoryId"` of every row whose `finalStatus` is "failed" (none if the table lacks it)."""
+        if "finalStatus" not in self.columns:
+            return set()
+        table = self.table
+        with self.engine.connect() as conn:
+            query = self._sa.select(table.c.trajectoryId).where(table.c.finalStatus == "failed")
+            return {row[0] for row in conn.execute(query)}
+
+    def set_aside(self, ids: set[str]) -> int:
+        """Delete the rows of `ids` (one transaction), so that a resumed run plays those episodes again.
+
+        A database holds one row per trajectory: the replayed episode takes the row's place (with a
+        `FanoutSink`, the JSONL primary keeps the old record in its set-aside file).
+        """
+        if not ids:
+            return 0
+        table = self.table
+        with self.engine.begin() as conn:
+            result = conn.execute(table.delete().where(table.c.trajectoryId.in_(sorted(ids))))
+        return int(result.rowcount or 0)
+
     def count(self) -> int:
         """Rows in the table."""
         with self.engine.connect() as conn:

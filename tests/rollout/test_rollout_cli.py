@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import check_run, read_store_strict
+from rollout_checks import check_run, read_store_strict
 
 from rlaif_gym.cli import main
 from rlaif_gym.storage import read_parquet

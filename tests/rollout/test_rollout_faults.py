@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from conftest import check_run, read_store_strict
 from fake_server import FakeOpenAIServer, Fault, call_key, episode_seeds, fake_logprobs, scripted_reply
+from rollout_checks import check_run, read_store_strict
 
 from rlaif_gym.agents import OpenAIChatAgent
 from rlaif_gym.rollout import RolloutCollector, call_seed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
-from conftest import read_store_strict
+from rollout_checks import read_store_strict
 
 from rlaif_gym.agents import ScriptedLLMAgent
 from rlaif_gym.errors import ConfigError

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import check_run, jsonl_lines, read_store_strict
+from rollout_checks import check_run, jsonl_lines, read_store_strict
 
 from rlaif_gym.agents import ScriptedLLMAgent
 from rlaif_gym.errors import ConfigError

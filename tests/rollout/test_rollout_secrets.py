@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from conftest import check_run, read_store_strict
 from fake_server import FakeOpenAIServer, Fault, episode_seeds
+from rollout_checks import check_run, read_store_strict
 
 from rlaif_gym.agents import OpenAIChatAgent
 from rlaif_gym.cli import main

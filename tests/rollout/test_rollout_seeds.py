@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from conftest import check_run, read_store_strict
 from fake_server import FakeOpenAIServer
+from rollout_checks import check_run, read_store_strict
 
 from rlaif_gym.agents import OpenAIChatAgent
 from rlaif_gym.rollout import RolloutCollector, call_seed

@@ -14,6 +14,7 @@ import warnings
 import pytest
 
 from rlaif_gym.storage import (
+    SET_ASIDE_NAME,
     CorruptLineError,
     JsonlStore,
     TornLineWarning,
@@ -318,3 +319,34 @@ def test_a_writer_killed_with_sigkill_leaves_a_repairable_store(tmp_path, make_r
         assert store.completed_ids() == set(ids)
     store.append(make_rich("after-kill"))
     assert [t.trajectory_id for t in store.read()][-1] == "after-kill"
+
+
+def test_set_aside_moves_exactly_the_named_records_and_leaves_every_other_byte(tmp_path, make_rich):
+    """`failed_ids` finds the failed records (also in a second part and in a hand-written layout);
+    `set_aside` moves them to `retried-failures.jsonl` and leaves every other line byte for byte."""
+    a, b = JsonlStore(tmp_path, part="a"), JsonlStore(tmp_path, part="b")
+    for i in range(5):
+        status = "failed" if i in (1, 3) else "completed"
+        a.append(make_rich(f"a{i}").model_copy(update={"final_status": status}))
+    b.append(make_rich("b0"))
+    # A line not in `append`'s layout (spaces, keys reordered), failed too; a post that merely says "failed".
+    odd = json.loads(make_rich("b1").model_copy(update={"final_status": "failed"}).to_json())
+    odd = {"trajectoryId": odd.pop("trajectoryId"), **odd}
+    with b.path.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(odd, indent=None, separators=(", ", ": ")) + "\n")
+    b.append(make_rich("b2").model_copy(update={"errors": ['the word "failed" in a message']}))
+
+    assert a.failed_ids() == b.failed_ids() == {"a1", "a3", "b1"}
+    lines_before = {p.name: p.read_bytes().splitlines(keepends=True) for p in a.files()}
+    assert a.set_aside({"a1", "b1", "not-stored"}) == 2
+    assert a.completed_ids() == {"a0", "a2", "a3", "a4", "b0", "b2"}
+    assert a.failed_ids() == {"a3"}
+    after = {p.name: p.read_bytes().splitlines(keepends=True) for p in a.files()}
+    assert after["trajectories-a.jsonl"] == [lines_before["trajectories-a.jsonl"][i] for i in (0, 2, 3, 4)]
+    assert after["trajectories-b.jsonl"] == [lines_before["trajectories-b.jsonl"][i] for i in (0, 2)]
+    aside = (tmp_path / SET_ASIDE_NAME).read_bytes().splitlines(keepends=True)
+    assert aside == [lines_before["trajectories-a.jsonl"][1], lines_before["trajectories-b.jsonl"][1]]
+    assert sorted(t.trajectory_id for t in a.read()) == ["a0", "a2", "a3", "a4", "b0", "b2"]  # not a data file
+    assert a.set_aside(set()) == 0 and a.set_aside({"gone"}) == 0
+    a.append(make_rich("a1"))  # the replay goes back in as a normal line
+    assert "a1" in a.completed_ids() and "a1" not in a.failed_ids()
