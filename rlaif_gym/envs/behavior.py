@@ -9,6 +9,7 @@ behaviour score exactly, and no tick is paid twice for the same behaviour.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,6 +17,16 @@ from .. import sim
 from ..rewards.archetypes import BehaviorMetrics, behavior_score
 
 __all__ = ["BehaviorTracker"]
+
+
+class _Before(NamedTuple):
+    """The pre-step arrays `BehaviorTracker.update` needs, over all worlds of a batch."""
+
+    pm_serial: np.ndarray
+    realized_pnl: np.ndarray
+    hold_yes: np.ndarray
+    hold_no: np.ndarray
+    pm_outcome: np.ndarray
 
 _TRADES = {sim.ActionType.BUY_PREDICTION, sim.ActionType.SELL_PREDICTION, sim.ActionType.OPEN_PERP,
            sim.ActionType.CLOSE_PERP}
@@ -53,32 +64,35 @@ class BehaviorTracker:
         self.last_score = behavior_score(self.archetype, self.metrics())
 
     @staticmethod
-    def snapshot(state: sim.WorldState) -> sim.WorldState:
-        """The few pre-step fields `update` compares against (cheaper than copying the state)."""
-        return state.take([0])
+    def snapshot(state: sim.WorldState) -> _Before:
+        """The pre-step fields `update` compares against, for every world (copies, not the state)."""
+        return _Before(state.pm_serial.copy(), state.realized_pnl.copy(), state.hold_yes.copy(),
+                       state.hold_no.copy(), state.pm_outcome.copy())
 
-    def update(self, before: sim.WorldState, after: sim.WorldState, batch: sim.ActionBatch,
-               out: sim.StepOutcome) -> float:
-        """Record world 0's step and return the behaviour component (the change in score).
+    def update(self, before: _Before, after: sim.WorldState, batch: sim.ActionBatch,
+               out: sim.StepOutcome, world: int = 0) -> float:
+        """Record world `world`'s step and return its behaviour component (the change in score).
 
         Args:
             before: `snapshot(state)` taken before the step.
             after: the state after the step.
-            batch: the action applied.
+            batch: the actions applied.
             out: the step's outcome.
+            world: which world of the batch this tracker follows (0 for a single env).
         """
+        w = world
         self.ticks += 1
-        kind = sim.ActionType(int(batch.kind[0]))
-        if out.success[0]:
+        kind = sim.ActionType(int(batch.kind[w]))
+        if out.success[w]:
             if kind in _TRADES:
                 self.trades += 1
-            target = int(batch.target[0])
+            target = int(batch.target[w])
             if kind in (sim.ActionType.BUY_PREDICTION, sim.ActionType.SELL_PREDICTION):
-                self.markets.add(f"market-{int(before.pm_serial[0, target])}")
+                self.markets.add(f"market-{int(before.pm_serial[w, target])}")
             elif kind in (sim.ActionType.OPEN_PERP, sim.ActionType.CLOSE_PERP):
                 self.markets.add(sim.PERP_TICKERS[target])
             if kind in (sim.ActionType.BUY_PREDICTION, sim.ActionType.OPEN_PERP):
-                self.sizes.append(float(batch.amount[0]))
+                self.sizes.append(float(batch.amount[w]))
             if kind == sim.ActionType.BUY_PREDICTION:
                 self.predictions += 1
             elif kind == sim.ActionType.JOIN_GROUP:
@@ -88,17 +102,17 @@ class BehaviorTracker:
             elif kind == sim.ActionType.SEND_DM:
                 self.dms += 1
                 self.recipients.add(target)
-        realized = float(after.realized_pnl[0] - before.realized_pnl[0])
+        realized = float(after.realized_pnl[w] - before.realized_pnl[w])
         if realized != 0.0:
             self.samples.append(realized)
         # A market that resolved this tick was called right if the agent held more winning shares.
-        resolved = after.pm_serial[0] != before.pm_serial[0]
+        resolved = after.pm_serial[w] != before.pm_serial[w]
         for m in np.nonzero(resolved)[0]:
-            yes, no = before.hold_yes[0, m], before.hold_no[0, m]
+            yes, no = before.hold_yes[w, m], before.hold_no[w, m]
             if yes > 0 or no > 0:
-                self.correct += int((yes > no) == bool(before.pm_outcome[0, m]))
-        self.followers = int(after.followers[0])
-        self.reputation = float(after.reputation[0])
+                self.correct += int((yes > no) == bool(before.pm_outcome[w, m]))
+        self.followers = int(after.followers[w])
+        self.reputation = float(after.reputation[w])
         score = behavior_score(self.archetype, self.metrics())
         delta, self.last_score = score - self.last_score, score
         return delta

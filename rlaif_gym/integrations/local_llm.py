@@ -13,8 +13,8 @@ Pieces (the `[local-llm]` extra, see `LOCAL_LLM_REQUIREMENTS`):
 `LocalLLMServer` starts `python -m llama_cpp.server` on 127.0.0.1 on a free port with one thread (the
 machine's cores are shared; two threads collapsed under contention), waits until `/v1/models`
 answers, and stops the process by its PID: SIGTERM, then SIGKILL after a grace period. It is a
-context manager, stops on SIGINT/SIGTERM of the parent too (`serve_local` turns SIGTERM into
-KeyboardInterrupt), and on Linux the server is also told to die with its parent (PR_SET_PDEATHSIG),
+context manager, stops on SIGINT/SIGTERM of the parent too (`serve_local` kills it at the signal,
+then raises KeyboardInterrupt), and on Linux the server is also told to die with its parent (PR_SET_PDEATHSIG),
 so no server outlives the command even when the parent is killed with SIGKILL.
 
 `serve_local` is `rlaif-gym serve-local`: install when missing, start the server, run a short
@@ -288,25 +288,35 @@ class LocalLLMServer:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt (so `finally` blocks run) while inside; main thread only."""
-    try:
-        previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
-    except (AttributeError, ValueError):  # no SIGHUP (Windows)
-        yield
-        return
+def _interrupts_stop(server: LocalLLMServer) -> Iterator[Callable[[], bool]]:
+    """While inside, SIGINT, SIGTERM and SIGHUP kill `server` at once, then raise KeyboardInterrupt.
+
+    Killing the server first makes the interrupt stick: whatever the KeyboardInterrupt meets (an
+    import's bare `except:`, a cancellation an HTTP library swallows), every call still in flight or
+    to come fails at once, so the rollout ends in seconds instead of playing on. Yields a function
+    that says whether a signal came (the caller re-raises if the rollout returned anyway). Main
+    thread only; elsewhere the handlers are left alone (the server still stops in `finally`).
+    """
+    came: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
+        came.append(signum)
+        process = server.process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)  # `stop()` reaps it
         raise KeyboardInterrupt(f"signal {signum}")
 
     try:
-        for s in previous:
+        wanted = [signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])]
+        previous = {s: signal.getsignal(s) for s in wanted}
+        for s in wanted:
             signal.signal(s, handler)
     except ValueError:  # not the main thread: leave the handlers alone
-        yield
+        yield lambda: False
         return
     try:
-        yield
+        yield lambda: bool(came)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
@@ -376,8 +386,8 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
     elif (out / "run.json").exists():
         raise ConfigError(f"{out} already holds a run; pass --overwrite or choose another --out")
     limits = DEMO_LIMITS
-    with _sigterm_as_interrupt():
-        server = LocalLLMServer(port=port)
+    server = LocalLLMServer(port=port)
+    with _interrupts_stop(server) as interrupted:
         ready = False
         try:
             log(f"starting the llama.cpp server: {server.model_file.name}, 1 thread")
@@ -391,6 +401,8 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
             collector = RolloutCollector(agent, sink=JsonlStore(out), env_config=env_config, num_envs=num_envs,
                                          max_ticks=max_ticks, run_name=out.name or "local-llm")
             summary = collector.collect(episodes, seed)
+            if interrupted():  # the KeyboardInterrupt was swallowed on the way; the run ended anyway
+                raise KeyboardInterrupt("interrupted")
         except BaseException:
             # Interrupted or failed: nobody waits for the generation in flight (a server busy in one may
             # ignore SIGTERM), so the server gets 1 s before SIGKILL instead of 10.
