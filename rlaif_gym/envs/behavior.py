@@ -14,9 +14,11 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import sim
+from ..encoding import decode_actions
 from ..rewards.archetypes import BehaviorMetrics, behavior_score
+from .core import CoreStep, RLAIFCore
 
-__all__ = ["BehaviorTracker"]
+__all__ = ["BatchBehavior", "BehaviorTracker"]
 
 
 class _Before(NamedTuple):
@@ -145,3 +147,42 @@ class BehaviorTracker:
             social_to_trade_ratio=social / self.trades if self.trades else float(social),
             episode_length=self.ticks,
         )
+
+
+class BatchBehavior:
+    """One `BehaviorTracker` per world of a batched core: the `behavior` component of batched envs.
+
+    The native vector env and the SB3 VecEnv step through `step`, which pays each world exactly
+    what a single env with the same archetype would. The trackers are a Python loop over worlds
+    (tens of µs per world and tick), so archetype configs step several times slower.
+    """
+
+    def __init__(self, archetype: str, num_worlds: int) -> None:
+        self.trackers = [BehaviorTracker(archetype) for _ in range(num_worlds)]
+
+    def reset(self, worlds=None) -> None:
+        """Forget the episodes of `worlds` (indices; None: every world), as their worlds reset."""
+        for i in range(len(self.trackers)) if worlds is None else worlds:
+            self.trackers[int(i)].reset()
+
+    def step(self, core: RLAIFCore, actions: np.ndarray, stepped: np.ndarray | None = None) -> CoreStep:
+        """`core.step(actions)` with the behavior component added.
+
+        Args:
+            core: the batched core (its state is advanced).
+            actions: integer actions, shape (B, 4).
+            stepped: worlds whose transition counts (None: all). A world being autoreset is stepped
+                by the batch but its transition is discarded: its tracker is left alone and its
+                component is 0.
+        """
+        batch = decode_actions(actions, core.state, core.params, core.config.numeric_perp_leverage)
+        before = BehaviorTracker.snapshot(core.state)
+        worlds = range(len(self.trackers)) if stepped is None else np.nonzero(stepped)[0]
+
+        def post(out: sim.StepOutcome) -> dict[str, np.ndarray]:
+            comp = np.zeros(len(self.trackers))
+            for i in worlds:
+                comp[i] = self.trackers[i].update(before, core.state, batch, out, int(i))
+            return {"behavior": comp}
+
+        return core.step_batch(batch, None, post)

@@ -21,9 +21,8 @@ from gymnasium.vector.utils import batch_space
 
 from .. import sim
 from ..config import RLAIFEnvConfig
-from ..encoding import decode_actions
 from ..errors import InvalidActionError, ResetNeeded
-from .behavior import BehaviorTracker
+from .behavior import BatchBehavior
 from .core import RLAIFCore
 
 __all__ = ["RLAIFVectorEnv"]
@@ -53,10 +52,8 @@ class RLAIFVectorEnv(VectorEnv):
         self.num_envs = int(num_envs)
         self.config = RLAIFEnvConfig.from_any(config, **overrides)
         self.core = RLAIFCore(self.config, num_worlds=self.num_envs)
-        # With an archetype, one behaviour tracker per world pays the `behavior` component exactly as the
-        # single env does (a Python loop over worlds: that component costs ~tens of µs per world and tick).
-        self._behavior = [BehaviorTracker(self.core.archetype) for _ in range(self.num_envs)] \
-            if self.core.archetype else None
+        # With an archetype, one behaviour tracker per world pays `behavior` exactly as the single env does.
+        self._behavior = BatchBehavior(self.core.archetype, self.num_envs) if self.core.archetype else None
         self.params = self.core.params
         self.layout = self.core.layout
         self.single_observation_space = spaces.Box(self.layout.low, self.layout.high, dtype=np.float32)
@@ -86,8 +83,8 @@ class RLAIFVectorEnv(VectorEnv):
         keys = np.concatenate([sim.draw_keys(r, 1) for r in self._rngs])
         obs = self.core.reset(keys)
         self._autoreset[:] = False
-        for tracker in self._behavior or ():
-            tracker.reset()
+        if self._behavior is not None:
+            self._behavior.reset()
         state = self.core.state
         equity = sim.equity(state)
         mask = np.ones(self.num_envs, dtype=bool)
@@ -104,8 +101,8 @@ class RLAIFVectorEnv(VectorEnv):
             raise InvalidActionError(f"actions must be integers of shape ({self.num_envs}, 4) with 0 <= a[:, i] < "
                                      f"{self.core.nvec.tolist()}, got shape {acts.shape} dtype {acts.dtype}")
         stepped = ~self._autoreset
-        batch = decode_actions(acts.astype(np.int64), self.core.state, self.params, self.config.numeric_perp_leverage)
-        res = self.core.step_batch(batch, None, self._behavior_post(batch, stepped))
+        acts = acts.astype(np.int64)
+        res = self._behavior.step(self.core, acts, stepped) if self._behavior is not None else self.core.step(acts)
         obs, reward = res.observation, res.reward
         terminated = res.terminated.copy()
         truncated = (self.core.state.tick >= self.limit) & ~terminated
@@ -114,8 +111,8 @@ class RLAIFVectorEnv(VectorEnv):
             keys = np.concatenate([sim.draw_keys(self._rngs[i], 1) for i in idx])
             fresh = sim.reset(self.params, keys)
             self.core.state.put(idx, fresh)
-            for i in idx if self._behavior else ():
-                self._behavior[i].reset()
+            if self._behavior is not None:
+                self._behavior.reset(idx)
             obs[idx] = self.core.encode(fresh)
             reward = reward.copy()
             reward[idx] = 0.0
@@ -135,24 +132,6 @@ class RLAIFVectorEnv(VectorEnv):
             "feedback_success": out.success, "_feedback_success": stepped,
         }
         return obs, reward, terminated, truncated, info
-
-    def _behavior_post(self, batch: sim.ActionBatch, stepped: np.ndarray):
-        """The `post` hook of `step_batch` that adds the behavior component (None without an archetype).
-
-        Worlds being autoreset this step are stepped by the batch but their transition is discarded,
-        so their trackers are not updated (they are reset with the world) and their component is 0.
-        """
-        if self._behavior is None:
-            return None
-        trackers, before = self._behavior, BehaviorTracker.snapshot(self.core.state)
-
-        def post(out: sim.StepOutcome) -> dict[str, np.ndarray]:
-            comp = np.zeros(self.num_envs)
-            for i in np.nonzero(stepped)[0]:
-                comp[i] = trackers[i].update(before, self.core.state, batch, out, int(i))
-            return {"behavior": comp}
-
-        return post
 
     def close_extras(self, **kwargs: Any) -> None:
         """Nothing to release: the worlds are arrays."""

@@ -28,7 +28,8 @@ from .. import sim
 from ..agents import InformedAgent, PassiveAgent, RandomAgent
 from ..config import RLAIFEnvConfig
 from ..envs import EpisodeStats, RLAIFCore, evaluate_policy
-from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError
+from ..envs.behavior import BatchBehavior
+from ..errors import DependencyNotInstalled, InvalidActionError
 
 try:
     from stable_baselines3.common.callbacks import BaseCallback
@@ -119,20 +120,17 @@ class RLAIFSB3VecEnv(VecEnv):
 
     Info per world: the single env's keys (`reward_components`, `pnl_delta`, `equity`, `cash`,
     `feedback`, `tick`), plus `TimeLimit.truncated` and, at an episode's end,
-    `terminal_observation`. Wrap it in `VecMonitor` for `info["episode"]`. An `archetype` config is
-    refused (its behavior component is tracked per env object); use `make_vec_env` for it.
+    `terminal_observation`. Wrap it in `VecMonitor` for `info["episode"]`. With an `archetype`, each
+    world keeps its own behaviour tracker (the `behavior` component, as `make_vec_env` would pay it).
     """
 
     def __init__(self, num_envs: int = 8, config: RLAIFEnvConfig | Mapping[str, Any] | None = None, *,
                  seed: int | None = None, action_mode: str = "multidiscrete", action_table: np.ndarray | None = None,
                  **overrides: Any) -> None:
         self.config = RLAIFEnvConfig.from_any(config, **overrides)
-        if self.config.archetype is not None:
-            raise ConfigError(f"RLAIFSB3VecEnv does not compute the per-world behavior component of archetype "
-                              f"{self.config.archetype!r}; use make_vec_env('RLAIF-v0', "
-                              "env_kwargs={'archetype': ...}) for archetypes")
         self.render_mode = None
         self.core = RLAIFCore(self.config, num_worlds=int(num_envs))
+        self._behavior = BatchBehavior(self.core.archetype, int(num_envs)) if self.core.archetype else None
         self.params = self.core.params
         layout = self.core.layout
         if action_mode == "multidiscrete":
@@ -166,6 +164,8 @@ class RLAIFSB3VecEnv(VecEnv):
     def reset(self) -> np.ndarray:
         """Start a new episode in every world (seeds from `seed()`, then each world's generator)."""
         obs = self.core.reset(self._keys(range(self.num_envs), self._seeds))
+        if self._behavior is not None:
+            self._behavior.reset()
         state = self.core.state
         equity = sim.equity(state)
         self.reset_infos = [{"equity": float(equity[i]), "cash": float(state.cash[i]), "tick": 0}
@@ -192,7 +192,8 @@ class RLAIFSB3VecEnv(VecEnv):
         """Step every world; worlds whose episode ended are reset at once (SB3's convention)."""
         if self.core.state is None or self._actions is None:
             raise RuntimeError("call reset() and step_async() before step_wait()")
-        res = self.core.step(self._actions)
+        res = self._behavior.step(self.core, self._actions) if self._behavior is not None else \
+            self.core.step(self._actions)
         self._actions = None
         out, state = res.outcome, self.core.state
         obs = res.observation
@@ -214,6 +215,8 @@ class RLAIFSB3VecEnv(VecEnv):
             idx = np.nonzero(done)[0]
             fresh = sim.reset(self.params, self._keys(idx, [None] * len(idx)))
             state.put(idx, fresh)
+            if self._behavior is not None:
+                self._behavior.reset(idx)
             new_obs = self.core.observe()
             for i in idx:
                 infos[i]["terminal_observation"] = obs[i]

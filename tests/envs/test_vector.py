@@ -102,17 +102,17 @@ def test_native_archetype_env_pays_each_world_its_episode_behavior_score():
     n, ticks = 3, 12
     env = RLAIFVectorEnv(num_envs=n, num_ticks=ticks, archetype="trader")
     env.reset(seed=4)
-    start = behavior_score("trader", env._behavior[0].metrics())  # the score of an empty episode
+    start = behavior_score("trader", env._behavior.trackers[0].metrics())  # the score of an empty episode
     rng = np.random.default_rng(1)
     totals = np.zeros(n)
     for _ in range(ticks):
         info = env.step(rng.integers(0, [6, 4, 5, 2], size=(n, 4)))[4]
         totals += info["reward_components"]["behavior"]
-    scores = [behavior_score("trader", tracker.metrics()) for tracker in env._behavior]
+    scores = [behavior_score("trader", tracker.metrics()) for tracker in env._behavior.trackers]
     np.testing.assert_allclose(totals, np.array(scores) - start, rtol=0, atol=1e-12)
     assert np.any(totals != 0)
     info = env.step(np.zeros((n, 4), dtype=np.int64))[4]  # the reset step: no component, trackers fresh
     assert not info["reward_components"]["_behavior"].any()
-    assert all(t.ticks == 0 and t.trades == 0 for t in env._behavior)
+    assert all(t.ticks == 0 and t.trades == 0 for t in env._behavior.trackers)
     with pytest.raises(ConfigError, match="archetype"):
         RLAIFVectorEnv(num_envs=2, archetype="no-such-archetype")

@@ -50,20 +50,23 @@ def _assert_steps_equal(ours, theirs, t):
             assert np.array_equal(x["terminal_observation"], y["terminal_observation"]), f"step {t} world {i}"
 
 
-def test_batched_vec_env_equals_dummy_vec_env_across_episode_ends():
-    cfg = {"num_ticks": 7}
+@pytest.mark.parametrize("cfg", [{"num_ticks": 7}, {"num_ticks": 7, "archetype": "trader"}],
+                         ids=["default", "archetype"])
+def test_batched_vec_env_equals_dummy_vec_env_across_episode_ends(cfg):
     ours = RLAIFSB3VecEnv(3, cfg, seed=12)
     theirs = DummyVecEnv([lambda: gym.make("RLAIF-v0", **cfg) for _ in range(3)])
     theirs.seed(12)
     assert np.array_equal(ours.reset(), theirs.reset())
     rng = np.random.default_rng(0)
-    ends = 0
+    ends = paid = 0
     for t in range(24):  # three episodes and a bit, with autoresets from each world's own generator
         act = rng.integers(0, ours.action_space.nvec, size=(3, 4))
         a, b = ours.step(act), theirs.step(act)
         _assert_steps_equal(a, b, t)
         ends += int(a[2].sum())
+        paid += sum(info["reward_components"].get("behavior", 0.0) != 0 for info in a[3])
     assert ends == 9
+    assert (paid > 5) == ("archetype" in cfg), f"the behavior component was paid {paid} times"
 
 
 def test_discrete_mode_executes_its_table_rows():
@@ -78,8 +81,6 @@ def test_discrete_mode_executes_its_table_rows():
         _assert_steps_equal(disc.step(np.array(idx)), multi.step(table[idx]), t)
     with pytest.raises(rlaif_gym.InvalidActionError):
         disc.step(np.array([len(table), 0]))
-    with pytest.raises(rlaif_gym.ConfigError, match="make_vec_env"):
-        RLAIFSB3VecEnv(2, archetype="trader")
 
 
 def test_callback_logs_every_component_and_trading_metric_to_csv_and_tensorboard(tmp_path):
