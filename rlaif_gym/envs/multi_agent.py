@@ -30,8 +30,10 @@ from ..encoding.view import build_view
 from ..errors import ConfigError, InvalidActionError, ResetNeeded
 from ..judge.rules import RuleJudge
 from ..rewards import combine_components, pnl_component, risk_component
+from ..rewards.archetypes import normalize_archetype
 from ..rewards.composite import resolve_weights
 from ..sim.multi import Accounts, agent_order, step_agents
+from .behavior import BehaviorTracker
 from .core import world_params
 from .text_env import MAX_PROMPT_CHARS, MAX_REPLY_SAMPLE_CHARS, describe_outcome
 
@@ -43,9 +45,9 @@ class RLAIFMultiAgentEnv:
 
     Args:
         config: an `RLAIFEnvConfig`, a mapping or None; `overrides` are config fields. The world,
-            reward weights and episode length are the single-agent env's. `archetype` is refused
-            (its behavior component is tracked per single-agent env), and so is `backend="numba"`
-            (the multi-agent tick runs on the numpy engine).
+            reward weights and episode length are the single-agent env's; with an `archetype`, every
+            agent is paid the `behavior` component of its own episode, as the single env pays it.
+            `backend="numba"` is refused (the multi-agent tick runs on the numpy engine).
         num_agents: learning agents, named `trader_0` .. `trader_{N-1}`.
         face: `"numeric"` (Box observation, MultiDiscrete action, as `RLAIF-v0`) or `"text"`
             (prompt in, reply out, as `RLAIF-Text-v0`, with the rule judge's format and reasoning
@@ -73,9 +75,11 @@ class RLAIFMultiAgentEnv:
         if not 1 <= int(num_agents) <= 64:
             raise ConfigError(f"num_agents must be in [1, 64], got {num_agents!r}")
         self.config = RLAIFEnvConfig.from_any(config, **overrides)
-        if self.config.archetype is not None:
-            raise ConfigError("the multi-agent env does not support `archetype` (its behavior component is tracked "
-                              "per single-agent env); leave archetype=None")
+        try:
+            archetype = None if self.config.archetype is None else normalize_archetype(self.config.archetype,
+                                                                                         strict=True)
+        except ValueError as exc:
+            raise ConfigError(f"archetype: {exc}") from None
         if self.config.backend == "numba":
             raise ConfigError("the multi-agent env runs on the numpy engine (sim.multi loads each agent's account in "
                               "turn); use backend='numpy' or 'auto'")
@@ -84,8 +88,9 @@ class RLAIFMultiAgentEnv:
         self.params = world_params(self.config)
         self.layout = feature_layout(self.params)
         self.nvec = action_nvec(self.params)
-        self.weights = resolve_weights(None, self.config.reward_weights)
+        self.weights = resolve_weights(archetype, self.config.reward_weights)
         self.possible_agents: list[str] = [f"trader_{i}" for i in range(int(num_agents))]
+        self._behavior = {a: BehaviorTracker(archetype) for a in self.possible_agents} if archetype else None
         self.agents: list[str] = []
         self._index = {name: i for i, name in enumerate(self.possible_agents)}
         if face == "numeric":
@@ -133,6 +138,8 @@ class RLAIFMultiAgentEnv:
         self.accounts = Accounts.fresh(self.world, len(self.possible_agents))
         self.agents = list(self.possible_agents)
         self._views, self._prompts = {}, {}
+        for tracker in (self._behavior or {}).values():
+            tracker.reset()
         obs, infos = {}, {}
         for agent in self.agents:
             obs[agent] = self._observe(agent, None)
@@ -152,7 +159,7 @@ class RLAIFMultiAgentEnv:
         if unknown:
             raise InvalidActionError(f"actions for unknown agents {sorted(unknown)}; agents are {self.possible_agents}")
         live = list(self.agents)
-        batches, parsed, verdicts = [], {}, {}
+        batches, parsed, verdicts, before = [], {}, {}, {}
         for agent in self.possible_agents:
             self._load(agent)
             if agent in live and agent in actions:
@@ -160,6 +167,8 @@ class RLAIFMultiAgentEnv:
             else:
                 batch = sim.ActionBatch.waits(1)
             batches.append(batch)
+            if self._behavior is not None:
+                before[agent] = BehaviorTracker.snapshot(self.world)  # its own account in the shared world
         order = agent_order(self.world, len(self.possible_agents))
         outcomes = step_agents(self.world, self.accounts, batches, self.params, order)
         position = np.argsort(order[0])
@@ -177,6 +186,9 @@ class RLAIFMultiAgentEnv:
             if agent in verdicts and verdicts[agent] is not None:
                 components["format"] = np.array([verdicts[agent].format])
                 components["reasoning"] = np.array([verdicts[agent].reasoning])
+            if self._behavior is not None:
+                components["behavior"] = np.array([self._behavior[agent].update(before[agent], self.world,
+                                                                                batches[i], out)])
             bankrupt = bool(out.bankrupt[0])
             rewards[agent] = -1.0 if bankrupt else float(combine_components(components, self.weights)[0])
             terms[agent], truncs[agent] = bankrupt, truncated and not bankrupt
@@ -220,7 +232,8 @@ class RLAIFMultiAgentEnv:
             raise ResetNeeded("call reset() before get_state()")
         return copy.deepcopy({"config": self.config, "face": self.face, "agents_all": self.possible_agents,
                               "world": self.world, "accounts": self.accounts, "agents": self.agents,
-                              "np_random": self._np_random, "views": self._views, "prompts": self._prompts})
+                              "np_random": self._np_random, "views": self._views, "prompts": self._prompts,
+                              "behavior": self._behavior})
 
     def set_state(self, snapshot: Mapping[str, Any]) -> None:
         """Continue from a `get_state()` snapshot of an env with the same config, face and agents."""
@@ -230,6 +243,7 @@ class RLAIFMultiAgentEnv:
         snap = copy.deepcopy(dict(snapshot))
         self.world, self.accounts, self.agents = snap["world"], snap["accounts"], snap["agents"]
         self._np_random, self._views, self._prompts = snap["np_random"], snap["views"], snap["prompts"]
+        self._behavior = snap["behavior"]
 
     def fork(self, k: int) -> list[RLAIFMultiAgentEnv]:
         """`k` independent copies of this episode at the current tick (GRPO groups for every agent)."""

@@ -123,5 +123,49 @@ def test_rewards_flags_and_fork_of_the_multi_agent_world():
     for x, y in zip(runs[0], runs[2], strict=True):
         assert all(np.array_equal(x[0][k], y[0][k]) for k in x[0]) and x[1:] == y[1:]
     with pytest.raises(ConfigError, match="archetype"):
-        RLAIFMultiAgentEnv(archetype="trader")
+        RLAIFMultiAgentEnv(archetype="no-such-archetype")
     assert isinstance(parallel_env(), RLAIFParallelEnv)
+
+
+def test_one_agent_with_an_archetype_is_paid_what_the_single_env_pays():
+    single = RLAIFEnv(archetype="degen", num_ticks=30)
+    shared = RLAIFMultiAgentEnv(num_agents=1, archetype="degen", num_ticks=30)
+    obs, _ = single.reset(seed=5)
+    obs_m, _ = shared.reset(seed=5)
+    assert np.array_equal(obs, obs_m["trader_0"])
+    rng = np.random.default_rng(2)
+    paid = 0
+    for t in range(30):
+        act = rng.integers(0, single.action_space.nvec)
+        obs, reward, term, trunc, info = single.step(act)
+        obs_m, rewards, _, _, infos = shared.step({"trader_0": act})
+        assert np.array_equal(obs, obs_m["trader_0"]) and reward == rewards["trader_0"], f"tick {t}"
+        assert info["reward_components"] == infos["trader_0"]["reward_components"], f"tick {t}"
+        paid += info["reward_components"]["behavior"] != 0
+        if term or trunc:
+            break
+    assert paid >= 3, f"the behavior component was paid on only {paid} ticks"
+
+
+def test_each_agent_is_paid_its_own_behavior_and_forks_carry_the_trackers():
+    from rlaif_gym.rewards.archetypes import behavior_score
+
+    env = RLAIFMultiAgentEnv(num_agents=2, archetype="social-butterfly", num_ticks=10)
+    env.reset(seed=3)
+    empty = behavior_score("social-butterfly", env._behavior["trader_0"].metrics())
+    buy, join = np.array([1, 0, 2, 0]), np.array([5, 1, 0, 0])  # trader_1 only waits
+    totals = {a: 0.0 for a in env.possible_agents}
+    for _ in range(4):
+        infos = env.step({"trader_0": buy, "trader_1": WAIT})[4]
+        for a in totals:
+            totals[a] += infos[a]["reward_components"]["behavior"]
+    branch = env.fork(1)[0]
+    infos = env.step({"trader_0": join})[4]
+    assert branch.step({"trader_0": join})[4] == infos, "a fork must continue the behaviour episode, not restart it"
+    for a in totals:
+        totals[a] += infos[a]["reward_components"]["behavior"]
+        score = behavior_score("social-butterfly", env._behavior[a].metrics())
+        assert totals[a] == pytest.approx(score - empty, abs=1e-12), a
+    first, second = env._behavior["trader_0"], env._behavior["trader_1"]
+    assert (first.trades, first.groups, second.trades, second.groups) == (4, 1, 0, 0)
+    assert totals["trader_0"] != totals["trader_1"]
