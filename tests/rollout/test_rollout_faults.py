@@ -76,8 +76,10 @@ SCENARIOS = [
     Scenario("http429-once-then-ok", [Fault("status", match=some_calls(5), times=1, status=429)], retried=True),
     Scenario("http503-permanent-one-episode", [Fault("status", match=episode_from(1, 5), status=503)],
              agent={"max_retries": 2}, failed={tid(1): 5}, failed_type="InternalServerError"),
-    Scenario("hang-then-ok", [Fault("hang", match=ticks_of(4, [2, 9]), times=1, delay_s=1.5)], retried=True),
+    Scenario("hang-then-ok", [Fault("hang", match=ticks_of(4, [2, 9]), times=1, delay_s=1.5)],
+             agent={"timeout": 0.5}, retried=True),
     Scenario("hang-permanent-one-episode", [Fault("hang", match=episode_from(2, 3), delay_s=1.5)],
+             agent={"timeout": 0.5},
              failed={tid(2): 3}, failed_type="APITimeoutError"),
     Scenario("invalid-json-then-ok", [Fault("invalid_json", match=some_calls(4), times=1)], retried=True),
     Scenario("no-choices-then-ok", [Fault("no_choices", match=some_calls(4), times=1)], retried=True),
@@ -100,7 +102,10 @@ SCENARIOS = [
 
 
 def make_agent(server: FakeOpenAIServer, **overrides: Any) -> OpenAIChatAgent:
-    kwargs = {"timeout": 0.5, "max_retries": 1, "backoff": 0.01, **overrides}
+    # A generous timeout: the server shares this process (and the GIL) with the collector, so on a busy
+    # machine a sound answer can take a while, and a spurious timeout would be an unplanned retry. Only
+    # the hang scenarios set a short one (shorter than their hang).
+    kwargs = {"timeout": 5.0, "max_retries": 1, "backoff": 0.01, **overrides}
     return OpenAIChatAgent(model=MODEL, base_url=server.base_url, api_key="sk-fake-test-key", **kwargs)
 
 

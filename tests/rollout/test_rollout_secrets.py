@@ -78,7 +78,7 @@ def test_no_secret_anywhere(fake_server: FakeOpenAIServer, tmp_path, monkeypatch
     ]
 
     # 1. The API, with an explicit key (it must win over the variable), and some failures.
-    agent = OpenAIChatAgent(model="fake", base_url=fake_server.base_url, api_key=ARG_SECRET, timeout=1.0,
+    agent = OpenAIChatAgent(model="fake", base_url=fake_server.base_url, api_key=ARG_SECRET, timeout=5.0,
                             max_retries=1, backoff=0.01)
     run = tmp_path / "api-run"
     collector = RolloutCollector(agent, sink=JsonlStore(run), env_config={"num_ticks": TICKS}, num_envs=2)
