@@ -283,8 +283,9 @@ class RolloutCollector:
             raise ConfigError("retry_failed replays the failed trajectories of a run being resumed; pass "
                               "resume=True as well (--resume --retry-failed)")
         if retry_failed and not (hasattr(self.sink, "failed_ids") and hasattr(self.sink, "set_aside")):
+            held = "no sink (trajectories kept in memory)" if self.sink is None else type(self.sink).__name__
             raise ConfigError(f"retry_failed needs a sink that can set records aside (JsonlStore, "
-                              f"SqlTrajectorySink, FanoutSink); {type(self.sink).__name__} cannot")
+                              f"SqlTrajectorySink, FanoutSink); {held} cannot")
         if self.sink is not None and hasattr(self.sink, "read_manifest"):
             previous = self.sink.read_manifest()
             if previous is not None and resume:
