@@ -112,18 +112,6 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _read_run(directory: Path) -> list:
-    """Every trajectory of a run directory; a missing or empty directory is a clear error."""
-    from .storage import JsonlStore
-
-    if not directory.is_dir() or not any(directory.glob("*.jsonl")):
-        raise ConfigError(f"{directory} holds no run (no *.jsonl files); pass the --out directory of a rollout")
-    trajs = list(JsonlStore(directory).read())
-    if not trajs:
-        raise ConfigError(f"no trajectories in {directory}")
-    return trajs
-
-
 def _summary_table(summary, out: Path | None):
     from rich.table import Table
 
@@ -306,14 +294,14 @@ def _build_app():
         from rich.markup import escape
         from rich.table import Table
 
-        from .report import analyze_run, summary_rows, write_report
+        from .report import analyze_run, load_run, summary_rows, write_report
         from .rollout import summarize_quality
 
         dirs = [directory] if compare is None else [directory, compare]
         names = [d.resolve().name or str(d) for d in dirs]
         if len(dirs) == 2:
             names = [f"A: {names[0]}", f"B: {names[1]}"]
-        runs = [analyze_run(_read_run(d), name=n, directory=d, baselines=baselines)
+        runs = [analyze_run(load_run(d), name=n, directory=d, baselines=baselines)
                 for d, n in zip(dirs, names, strict=True)]
         for d, r in zip(dirs, runs, strict=True):
             console.print(escape(f"{r.name}: {d} ({len(r.trajectories)} trajectories)"), highlight=False,
@@ -415,9 +403,10 @@ def _build_app():
                                           "rlaif-gym judge (unscored trajectories are left out, never 0)"),
     ):
         """Export trajectories to the formats trainers read."""
+        from .report import load_run
         from .storage import write_export, write_parquet
 
-        trajs = _read_run(directory)
+        trajs = load_run(directory)
         if judge_scores is not None and format is not ExportFormat.grpo:
             raise ConfigError("--judge-scores applies to --format grpo only")
         if format is ExportFormat.parquet:

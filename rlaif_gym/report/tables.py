@@ -47,7 +47,7 @@ def fmt_number(value: float | int | str | None, kind: str = "num") -> str:
         return "∞" if v > 0 else "-∞"
     if kind == "usd":
         return f"{v:+,.2f}"
-    if kind == "money":
+    if kind in ("money", "ms", "ratio"):
         return f"{v:,.2f}"
     if kind == "pct":
         return f"{100 * v:.1f}%"
@@ -55,10 +55,6 @@ def fmt_number(value: float | int | str | None, kind: str = "num") -> str:
         return f"{100 * v:+.1f} pp"
     if kind == "int":
         return f"{round(v):,}"
-    if kind == "ms":
-        return f"{v:,.2f}"
-    if kind == "ratio":
-        return f"{v:,.2f}"
     return f"{v:,.3f}"
 
 
