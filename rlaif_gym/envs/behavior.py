@@ -176,6 +176,13 @@ class BatchBehavior:
                 component is 0.
         """
         batch = decode_actions(actions, core.state, core.params, core.config.numeric_perp_leverage)
+        return core.step_batch(batch, None, self.hook(core, batch, stepped))
+
+    def hook(self, core: RLAIFCore, batch: sim.ActionBatch, stepped: np.ndarray | None = None):
+        """The `post` hook of `core.step_batch(batch, ...)` that adds the behavior component.
+
+        Call it before the step (it snapshots the pre-step state); see `step` for `stepped`.
+        """
         before = BehaviorTracker.snapshot(core.state)
         worlds = range(len(self.trackers)) if stepped is None else np.nonzero(stepped)[0]
 
@@ -185,4 +192,4 @@ class BatchBehavior:
                 comp[i] = self.trackers[i].update(before, core.state, batch, out, int(i))
             return {"behavior": comp}
 
-        return core.step_batch(batch, None, post)
+        return post

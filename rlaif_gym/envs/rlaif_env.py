@@ -16,7 +16,7 @@ from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import decode_actions
 from ..errors import ConfigError, InvalidActionError, ResetNeeded
-from .behavior import BehaviorTracker
+from .behavior import BatchBehavior
 from .core import CoreStep, RLAIFCore
 from .dashboard import render_ansi, render_chart
 
@@ -179,7 +179,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         self.layout = self._core.layout
         self.observation_space = spaces.Box(self.layout.low, self.layout.high, dtype=np.float32)
         self.action_space = spaces.MultiDiscrete(self._core.nvec)
-        self._behavior = BehaviorTracker(self._core.archetype) if self._core.archetype else None
+        self._behavior = BatchBehavior(self._core.archetype, 1) if self._core.archetype else None
         self._feedback: dict[str, Any] | None = None
         self._done = False
         self._prices: list[np.ndarray] = []
@@ -193,7 +193,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         obs = self._core.reset(sim.draw_keys(self.np_random, 1))[0]
         self._feedback, self._done = None, False
         self._prices, self._equity = [], []
-        if self._behavior:
+        if self._behavior is not None:
             self._behavior.reset()
         self._record_history()
         state = self._core.state
@@ -229,13 +229,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
 
     def _transition(self, batch: sim.ActionBatch, extra: dict[str, np.ndarray] | None = None) -> CoreStep:
         """Run one tick with `batch`; adds the behavior component when an archetype is set."""
-        post = None
-        if self._behavior is not None:
-            before = self._behavior.snapshot(self._core.state)
-
-            def post(out: sim.StepOutcome) -> dict[str, np.ndarray]:
-                return {"behavior": np.array([self._behavior.update(before, self._core.state, batch, out)])}
-
+        post = self._behavior.hook(self._core, batch) if self._behavior is not None else None
         res = self._core.step_batch(batch, extra, post)
         self._done = bool(res.terminated[0] or res.truncated[0])
         self._record_history()

@@ -37,7 +37,7 @@ def test_archetype_row_weights_the_text_reward_and_behavior_sums_to_the_episode_
         total_behavior += comps["behavior"]
         if terminated or truncated:
             break
-    tracker = env.unwrapped._behavior
+    (tracker,) = env.unwrapped._behavior.trackers
     final = behavior_score(archetype, tracker.metrics())
     start = behavior_score(archetype, type(tracker.metrics())())
     assert total_behavior == pytest.approx(final - start, abs=1e-9)
