@@ -388,7 +388,7 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
     limits = DEMO_LIMITS
     server = LocalLLMServer(port=port)
     with _interrupts_stop(server) as interrupted:
-        ready = False
+        ready = finished = False
         try:
             log(f"starting the llama.cpp server: {server.model_file.name}, 1 thread")
             server.start()
@@ -403,17 +403,14 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
             summary = collector.collect(episodes, seed)
             if interrupted():  # the KeyboardInterrupt was swallowed on the way; the run ended anyway
                 raise KeyboardInterrupt("interrupted")
-        except BaseException:
+            finished = True
+        finally:
             # Interrupted or failed: nobody waits for the generation in flight (a server busy in one may
             # ignore SIGTERM), so the server gets 1 s before SIGKILL instead of 10.
             pid = server.pid
-            server.stop(grace_s=1.0, keep_log=not ready)  # a failed start's error names its log
+            server.stop(grace_s=10.0 if finished else 1.0, keep_log=not ready)  # a failed start's log stays
             if pid is not None:
                 log(f"server pid {pid} stopped")
-            raise
-        pid = server.pid
-        server.stop()
-        log(f"server pid {pid} stopped")
     m = policy_metrics(list(JsonlStore(out).read()))
     if m["calls"]:
         comps = ", ".join(f"{k} {v:+.3f}" for k, v in m["mean_components"].items())
