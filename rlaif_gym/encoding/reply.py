@@ -98,7 +98,8 @@ def _outside_json(text: str) -> str:
     Think tags are looked for here: a "<think>" inside a JSON string (a post that quotes one, say) is
     data, not a tag, and must neither unbalance the reply nor open a second reasoning block.
     """
-    if "<" not in text or "{" not in text:
+    first = text.find("{")
+    if first < 0 or text.find("<", first) < 0:  # no "<" after a "{": no tag can sit inside an object
         return text
     spans = [(a, b) for a, b, _ in _json_spans(text) if "<" in text[a:b]]
     if not spans:
