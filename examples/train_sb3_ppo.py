@@ -39,18 +39,15 @@ from rlaif_gym.integrations.sb3 import (
     evaluate_against_baselines,
 )
 
-DEFAULT_OVERRIDES = {"pnl_scale": 1.0}
-"""The default world's only change: an unclipped pnl component. With pnl_scale=10 a tick's component
-saturates at +-1,000 USD, and PPO learned to farm small mark-to-market gains from its own price
-impact while a resolution's large loss counted as one clipped step (see the README)."""
-
 
 @dataclass
 class Args:
     """Command-line arguments (each field is a `--flag`; underscores become dashes)."""
 
     preset: str = "default"
-    """World: "default" (RLAIF-v0 with `DEFAULT_OVERRIDES`) or "easy" (`EASY_CONFIG` of rlaif_gym.integrations.sb3)."""
+    """World: "default" (plain `RLAIFEnvConfig()`, no overrides: each step's reward is the PnL change over starting
+    cash, unclipped, so the return telescopes to final PnL / starting cash, plus a small risk penalty) or "easy"
+    (`EASY_CONFIG` of rlaif_gym.integrations.sb3)."""
     config: str = ""
     """JSON of further RLAIFEnvConfig overrides, e.g. '{"num_ticks": 96}'."""
     seed: int = 0
@@ -108,7 +105,7 @@ def main() -> None:
     torch.set_num_threads(args.torch_threads)
     if args.preset not in ("default", "easy"):
         raise SystemExit(f"--preset must be 'default' or 'easy', got {args.preset!r}")
-    base = EASY_CONFIG if args.preset == "easy" else DEFAULT_OVERRIDES
+    base = EASY_CONFIG if args.preset == "easy" else {}
     config = RLAIFEnvConfig(**{**base, **json.loads(args.config or "{}")})
     params = world_params(config)
     table = {"compact": discrete_action_table(params, **COMPACT_ACTIONS), "all": discrete_action_table(params),

@@ -26,7 +26,6 @@ from .encoding.view import build_view
 from .envs import RLAIFCore, seed_keys
 from .judge.rules import RuleJudge
 from .llm import ScriptedLLM
-from .rewards import combine_components
 from .trajectory import Action, EnvironmentState, Feedback, LLMCall, Observation, TrajectoryStep
 
 __all__ = [
@@ -222,8 +221,9 @@ def bench_text_overhead(ticks: int = 40, number: int = 50) -> dict[str, float]:
         prompt, _, terminated, truncated, _ = env.step(reply)
         if terminated or truncated:
             break
-    params, weights = env.params, env._core.weights
+    params, reward_fn = env.params, env.reward_function
     comps = {k: np.array([0.1]) for k in ("pnl", "format", "reasoning", "risk")}
+    no_bankruptcy = np.zeros(1, dtype=bool)
     system = env.system_prompt
 
     windows = 5
@@ -251,7 +251,7 @@ def bench_text_overhead(ticks: int = 40, number: int = 50) -> dict[str, float]:
         "prompt rendering": per_tick(lambda s: render_prompt(build_view(s[0], params, 0), "ok")),
         "reply parsing": per_tick(lambda s: parse_reply(s[3])),
         "rule judge": per_tick(lambda s: judge.score(parsed[index[id(s)]], s[1], s[2])),
-        "composite reward": per_tick(lambda s: combine_components(comps, weights)),
+        "composite reward": per_tick(lambda s: reward_fn.combine(comps, no_bankruptcy)),
         "record build + serialise": per_tick(lambda s: record(index[id(s)])),
     }
     batch = sim.ActionBatch.waits(1)

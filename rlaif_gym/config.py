@@ -49,13 +49,27 @@ class RLAIFEnvConfig(BaseModel):
     narrative_rate: float = Field(0.06, ge=0, le=1, description="Per-tick chance a hidden perp narrative starts.")
 
     # --- reward
-    pnl_scale: float = Field(10.0, gt=0, description="pnl component = clip(pnl_scale x pnl_delta / starting_cash).")
+    reward_scheme: Literal["skill", "original"] = Field(
+        "skill",
+        description="skill (default): a return that ranks traders (telescoping PnL, form as a bounded penalty and "
+        "bonus, proportional risk; README 'Reward'). original: Babylon's clipped composite, kept for porting code; its "
+        "return does not rank skill.",
+    )
+    pnl_scale: float | None = Field(
+        None, gt=0,
+        description="Multiplier of pnl_delta / starting_cash in the pnl component; None: 1 (skill) or 10 (original, "
+        "then clipped to [-1, 1] per step).",
+    )
     risk_threshold: float = Field(0.8, gt=0, description="Exposure / equity above which adding exposure is risky.")
-    risk_penalty: float = Field(0.5, ge=0, description="Size of the risk penalty (component = -risk_penalty).")
+    risk_penalty: float | None = Field(
+        None, ge=0,
+        description="Risk price; None: 0.1 per USD of exposure added above the threshold, over starting cash (skill), "
+        "or a flat 0.5 per risky action (original).",
+    )
     reward_weights: dict[str, float] = Field(
         default_factory=dict,
         description="Overrides of the component weights (pnl .5, format .25, reasoning .15, behavior .10, "
-        "risk = the pnl weight). 0 reports a component without adding it.",
+        "risk = the pnl weight). The skill scheme reads them relative to the archetype row's pnl weight (.5 by default). 0 reports a component without adding it.",
     )
 
     archetype: str | None = Field(

@@ -15,9 +15,8 @@ from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
 from ..errors import ConfigError, DependencyNotInstalled, ResetNeeded
-from ..rewards import combine_components, pnl_component, risk_component
 from ..rewards.archetypes import normalize_archetype
-from ..rewards.composite import resolve_weights
+from ..rewards.composite import RewardFunction
 
 __all__ = ["CoreStep", "RLAIFCore", "world_params"]
 
@@ -66,7 +65,8 @@ class RLAIFCore:
             self.archetype = None if config.archetype is None else normalize_archetype(config.archetype, strict=True)
         except ValueError as exc:
             raise ConfigError(f"archetype: {exc}") from None
-        self.weights = resolve_weights(self.archetype, config.reward_weights)
+        self.reward_fn = RewardFunction.from_config(config, self.archetype)
+        self.weights = self.reward_fn.weights
         self._sim_step, self._encode = _select_backend(config.backend)
         self.state: sim.WorldState | None = None
 
@@ -123,27 +123,22 @@ class RLAIFCore:
     def step_batch(
         self,
         batch: sim.ActionBatch,
-        extra: dict[str, np.ndarray] | None = None,
+        judged: tuple[np.ndarray, np.ndarray] | None = None,
         post: Callable[[sim.StepOutcome], dict[str, np.ndarray]] | None = None,
     ) -> CoreStep:
         """Apply an `ActionBatch` (the text face builds these from canonical actions).
 
         Args:
             batch: one action per world.
-            extra: components computed outside the world, e.g. the rule judge's format and
-                reasoning; they are weighted together with pnl and risk.
+            judged: the rule judge's (format score in [-1, 1], reasoning in [0, 1]) per world, for
+                the text face; the reward function turns them into the format and reasoning
+                components.
             post: computes components that need the transition's result (e.g. behavior).
         """
         out = self._sim_step(self.state, batch, self.params)
-        components = {
-            "pnl": pnl_component(out.pnl_delta, self.params.starting_cash, self.config.pnl_scale),
-            "risk": risk_component(out.added_exposure, out.exposure_ratio, out.leverage_requested,
-                                   self.params.max_leverage, self.config.risk_threshold, self.config.risk_penalty),
-            **(extra or {}),
-            **(post(out) if post else {}),
-        }
-        reward = combine_components(components, self.weights)
-        # Bankruptcy is the worst outcome and ends the episode: -1, never the original's unclipped -10.
-        reward = np.where(out.bankrupt, -1.0, reward)
+        fmt, reasoning = judged if judged is not None else (None, None)
+        behavior = post(out)["behavior"] if post else None
+        components = self.reward_fn.components(out, format_score=fmt, reasoning=reasoning, behavior=behavior)
+        reward = self.reward_fn.combine(components, out.bankrupt)
         truncated = (self.state.tick >= self.params.num_ticks) & ~out.bankrupt
         return CoreStep(self.observe(), reward, out.bankrupt.copy(), truncated, components, out)

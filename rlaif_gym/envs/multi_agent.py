@@ -29,9 +29,8 @@ from ..encoding.reply import parse_reply
 from ..encoding.view import build_view
 from ..errors import ConfigError, InvalidActionError, ResetNeeded
 from ..judge.rules import RuleJudge
-from ..rewards import combine_components, pnl_component, risk_component
 from ..rewards.archetypes import normalize_archetype
-from ..rewards.composite import resolve_weights
+from ..rewards.composite import RewardFunction
 from ..sim.multi import Accounts, agent_order, step_agents
 from .behavior import BehaviorTracker
 from .core import world_params
@@ -88,7 +87,8 @@ class RLAIFMultiAgentEnv:
         self.params = world_params(self.config)
         self.layout = feature_layout(self.params)
         self.nvec = action_nvec(self.params)
-        self.weights = resolve_weights(archetype, self.config.reward_weights)
+        self.reward_fn = RewardFunction.from_config(self.config, archetype)
+        self.weights = self.reward_fn.weights
         self.possible_agents: list[str] = [f"trader_{i}" for i in range(int(num_agents))]
         self._behavior = {a: BehaviorTracker(archetype) for a in self.possible_agents} if archetype else None
         self.agents: list[str] = []
@@ -178,19 +178,16 @@ class RLAIFMultiAgentEnv:
             i = self._index[agent]
             out = outcomes[i]
             self._load(agent)
-            components = {
-                "pnl": pnl_component(out.pnl_delta, self.params.starting_cash, self.config.pnl_scale),
-                "risk": risk_component(out.added_exposure, out.exposure_ratio, out.leverage_requested,
-                                       self.params.max_leverage, self.config.risk_threshold, self.config.risk_penalty),
-            }
-            if agent in verdicts and verdicts[agent] is not None:
-                components["format"] = np.array([verdicts[agent].format])
-                components["reasoning"] = np.array([verdicts[agent].reasoning])
+            verdict = verdicts.get(agent)
+            behavior = None
             if self._behavior is not None:
-                components["behavior"] = np.array([self._behavior[agent].update(before[agent], self.world,
-                                                                                batches[i], out)])
+                behavior = np.array([self._behavior[agent].update(before[agent], self.world, batches[i], out)])
+            components = self.reward_fn.components(
+                out, format_score=None if verdict is None else np.array([verdict.format]),
+                reasoning=None if verdict is None else np.array([verdict.reasoning]), behavior=behavior,
+            )
             bankrupt = bool(out.bankrupt[0])
-            rewards[agent] = -1.0 if bankrupt else float(combine_components(components, self.weights)[0])
+            rewards[agent] = float(self.reward_fn.combine(components, out.bankrupt)[0])
             terms[agent], truncs[agent] = bankrupt, truncated and not bankrupt
             ok = bool(out.success[0])
             p = parsed.get(agent)

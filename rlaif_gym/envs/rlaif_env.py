@@ -16,6 +16,7 @@ from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import decode_actions
 from ..errors import ConfigError, InvalidActionError, ResetNeeded
+from ..rewards.composite import RewardFunction
 from .behavior import BatchBehavior
 from .core import CoreStep, RLAIFCore
 from .dashboard import render_ansi, render_chart
@@ -227,10 +228,10 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         if self._done:
             raise ResetNeeded("the episode has ended (bankruptcy or num_ticks); call reset() to start a new one")
 
-    def _transition(self, batch: sim.ActionBatch, extra: dict[str, np.ndarray] | None = None) -> CoreStep:
-        """Run one tick with `batch`; adds the behavior component when an archetype is set."""
+    def _transition(self, batch: sim.ActionBatch, judged: tuple[np.ndarray, np.ndarray] | None = None) -> CoreStep:
+        """Run one tick with `batch` (and the judge's scores); adds behavior when an archetype is set."""
         post = self._behavior.hook(self._core, batch) if self._behavior is not None else None
-        res = self._core.step_batch(batch, extra, post)
+        res = self._core.step_batch(batch, judged, post)
         self._done = bool(res.terminated[0] or res.truncated[0])
         self._record_history()
         return res
@@ -327,6 +328,11 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     def reward_weights(self) -> dict[str, float]:
         """Every component weight in effect (archetype row, risk = pnl, then config overrides)."""
         return dict(self._core.weights)
+
+    @property
+    def reward_function(self) -> RewardFunction:
+        """The reward in effect: its scheme, weights, per-step coefficients and `trading_return`."""
+        return self._core.reward_fn
 
     # -- helpers ------------------------------------------------------------------------------
 

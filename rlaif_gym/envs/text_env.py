@@ -142,8 +142,7 @@ class RLAIFTextEnv(RLAIFEnv):
             row = (sim.ActionType.WAIT, 0, 0, 0.0, 1.0, sim.ErrorCode.INVALID_REPLY, 0.0, 0.0)
         batch = sim.ActionBatch.from_actions([parsed.action], lambda b, a: row)
         verdict = self.judge.score(parsed, self._view, self._prompt)
-        extra = {"format": np.array([verdict.format]), "reasoning": np.array([verdict.reasoning])}
-        res = self._transition(batch, extra)
+        res = self._transition(batch, (np.array([verdict.format]), np.array([verdict.reasoning])))
         self._numeric = res.observation[0]
         out = res.outcome
         ok = bool(out.success[0])

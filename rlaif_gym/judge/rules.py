@@ -5,12 +5,16 @@ Design. The original's heuristics (BABYLON.md §6) paid for keywords: any reply 
 (format tags, reasoning that agrees with the action, a conclusion) but pays only for things a
 reader can check against the tick the model saw:
 
-* **grounding**: distinct facts the reasoning cites that are true in the prompt (market ids,
-  prices within 1.5¢, tickers, news sources, NPCs and group chats that said something about the
-  market in question); false claims (a price no market shows, a source that never spoke about that
-  market) cost more than true ones earn.
+* **grounding**: distinct facts the reasoning cites that are true in the prompt. Evidence (news
+  sources, NPCs and group chats that said something about the market in question) counts 1 each;
+  descriptive facts (market ids, prices within 1.5¢, tickers) count 1/2, so a reply that only
+  restates a price is not "grounded" like one that weighs the news. False claims (a price no market
+  shows, a source that never spoke about that market) cost more than true ones earn.
 * **consistency**: the reasoning names what the action trades and argues for its direction. An
   `open_perp` SHORT or a NO buy is bearish; "buy YES because it is overpriced" is a contradiction.
+  A wait must say why; "the evidence is mixed" while some market's news and tips all agree, and
+  without citing any of them, is half-consistent (a boilerplate hold does not out-score a grounded
+  trade, and a reasoned hold on really mixed evidence stays fine).
 * **anti-gaming factors** that multiply the score: repeated sentences, low word variety, keyword
   density (stuffing), length beyond what the cited facts need (padding) and word 6-grams copied
   from the prompt. Keywords never earn points by themselves, so stuffing, repeating or pasting the
@@ -173,6 +177,18 @@ def _source_names(npcs: tuple[str, ...], groups: tuple[str, ...]):
     return group_set, by_lower, _name_pattern(tuple(sorted(by_lower.values())))
 
 
+def _one_sided(view: TickView) -> bool:
+    """Whether some open market has at least two news items or tips about it, all pointing the same way."""
+    open_ids = {m.market_id for m in view.markets if m.resolves_in > 0}
+    seen: dict[str, set[int]] = {}
+    count: dict[str, int] = {}
+    for item in (*view.news, *view.tips):
+        if item.subject in open_ids:
+            seen.setdefault(item.subject, set()).add(item.direction)
+            count[item.subject] = count.get(item.subject, 0) + 1
+    return any(count[m] >= 2 and len(dirs) == 1 for m, dirs in seen.items())
+
+
 def _copied_fraction(words: list[str], prompt: str, n: int = 6) -> float:
     """Share of the reasoning's word n-grams that appear verbatim in the prompt.
 
@@ -228,8 +244,10 @@ class RuleJudge:
         if len(words) < 3:
             return JudgeVerdict(fmt, 0.0, {"words": float(len(words))})
         correct, wrong = self._facts(text, view)
-        grounding = max(0.0, min(1.0, len(correct) / 3.0) - 0.25 * wrong)
-        consistency, contradiction = self._consistency(reply, text, words, view)
+        evidence = sum(1 for f in correct if f.startswith("source:"))
+        cited = evidence + 0.5 * (len(correct) - evidence)
+        grounding = max(0.0, min(1.0, cited / 3.0) - 0.25 * wrong)
+        consistency, contradiction = self._consistency(reply, text, words, view, evidence)
         conclusion = 1.0 if _CONCLUSION.search(text.lower()) else 0.0
         base = 0.2 + 0.4 * grounding + 0.3 * consistency + 0.1 * conclusion
 
@@ -253,6 +271,7 @@ class RuleJudge:
                 "consistency": consistency,
                 "conclusion": conclusion,
                 "facts_correct": float(len(correct)),
+                "facts_evidence": float(evidence),
                 "facts_wrong": float(wrong),
                 "contradiction": float(contradiction),
                 "repetition": repetition,
@@ -309,15 +328,22 @@ class RuleJudge:
                 wrong += 1
         return correct, wrong
 
-    def _consistency(self, reply: ParsedReply, text: str, words: list[str], view: TickView) -> tuple[float, bool]:
-        """How well the reasoning argues for the action taken; and whether it argues against it."""
+    def _consistency(self, reply: ParsedReply, text: str, words: list[str], view: TickView,
+                     evidence: int = 0) -> tuple[float, bool]:
+        """How well the reasoning argues for the action taken; and whether it argues against it.
+
+        A wait is consistent when it says why it waits and, if some market's evidence is one-sided
+        (`_one_sided`), engages with that evidence by citing a source: "the evidence is mixed, I hold"
+        is true only when it is.
+        """
         action = reply.action
         if action is None:
             return 0.0, False
         kind = action.type
         if kind == "wait":
-            waits = sum(w in _WAIT_WORDS for w in words)
-            return (1.0 if waits else 0.5), False
+            if not any(w in _WAIT_WORDS for w in words):
+                return 0.5, False
+            return (1.0 if evidence or not _one_sided(view) else 0.5), False
         target = {
             "buy_prediction": action.market,
             "sell_prediction": action.market,

@@ -120,6 +120,7 @@ class ScriptedLLM:
                         {"type": "open_perp", "ticker": ticker, "side": side, "size": size, "leverage": 2})
 
         best: tuple[float, str, dict[str, Any]] | None = None
+        near: tuple[float, str] | None = None  # the strongest case that did not clear the bar, cited when waiting
         threshold = 0.12 + (0.04 * rng.random() if rng else 0.0)
         for mid, question, yes, _no, resolves, rest in _MARKET.findall(prompt):
             yes_p = float(yes) / 100.0
@@ -133,6 +134,11 @@ class ScriptedLLM:
             held = sum(float(q.replace(",", "")) for q, s in _HOLD.findall(rest) if s == side)
             price = yes_p if side == "YES" else 1.0 - yes_p
             if abs(gap) <= threshold or held * price > 0.12 * equity:
+                if near is None or abs(gap) > near[0]:
+                    why = (f", a gap of {100 * abs(gap):.0f} points, below the {100 * threshold:.0f} I need"
+                           if abs(gap) <= threshold else f", but I already hold {held:,.0f} {side} shares")
+                    near = (abs(gap), f"{mid} trades at {100 * yes_p:.1f}¢ YES. {evidence[0].citation[0].upper()}"
+                                      f"{evidence[0].citation[1:]}, which puts YES near {100 * implied:.0f}%{why}.")
                 continue
             if best is None or abs(gap) > best[0]:
                 fraction = (0.08 if abs(gap) > 0.25 else 0.05) * (0.75 + 0.5 * rng.random() if rng else 1.0)
@@ -147,6 +153,8 @@ class ScriptedLLM:
                 best = (abs(gap), think, {"type": "buy_prediction", "market": mid, "outcome": side, "amount": amount})
         if best:
             return best[1], best[2]
+        if near:
+            return f"{near[1]} No other market or rumour does better, so I wait.", {"type": "wait"}
         return ("No market shows a clear gap between the evidence and its price, and no rumour is strong enough to "
                 "trade a perp. I wait and keep my cash.", {"type": "wait"})
 
@@ -161,7 +169,8 @@ class ScriptedLLM:
             for tick, mid, way in _TIP.findall(body):
                 if mid == market_id:
                     w = _GROUP_WEIGHT.get(name, 0.5)
-                    items.append(_Evidence(w if way == "YES" else -w, f"a {name} tip says {way} (t{tick})"))
+                    article = "an" if name[:1].lower() in "aeiou" else "a"
+                    items.append(_Evidence(w if way == "YES" else -w, f"{article} {name} tip says {way} (t{tick})"))
         for tick, author, rep, mid, way in _POST.findall(prompt):
             if mid == market_id:
                 cred = (int(rep) - 50) / 50.0

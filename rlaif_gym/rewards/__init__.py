@@ -1,5 +1,8 @@
 """Reward components and the composite reward: raw named components, weighted in exactly one place.
 
+`RewardFunction` (composite.py) is what every env's `step` calls: the default `skill` scheme, whose
+return ranks traders, or the `original` scheme that reproduces Babylon's numbers.
+
 Also the original system's reward helpers (`original`: primitive rewards, the composite, ranking
 helpers, the normalizer) and its archetype machinery (`archetypes`: weights, behaviour bonuses,
 priority metrics, rubrics), with the defects of BABYLON.md §8 fixed.
@@ -48,8 +51,23 @@ from .archetypes import (
     normalize_archetype,
     priority_weighted_score,
 )
-from .components import pnl_component, risk_component
-from .composite import COMPONENT_NAMES, DEFAULT_WEIGHTS, combine_components
+from .components import (
+    BANKRUPTCY_PENALTY,
+    format_penalty,
+    pnl_component,
+    proportional_risk_component,
+    risk_component,
+    trading_component,
+)
+from .composite import (
+    COMPONENT_NAMES,
+    DEFAULT_WEIGHTS,
+    REWARD_SCHEMES,
+    SCHEME_DEFAULTS,
+    RewardFunction,
+    combine_components,
+    resolve_weights,
+)
 from .original import (
     BANKRUPTCY_REWARD,
     DEFAULT_LEGACY_WEIGHTS,
@@ -79,6 +97,7 @@ __all__ = [
     "ARCHETYPES",
     "ARCHETYPE_REWARD_WEIGHTS",
     "ARCHETYPE_RISK_PENALTY_MULTIPLIER",
+    "BANKRUPTCY_PENALTY",
     "BANKRUPTCY_REWARD",
     "BEHAVIOR_BONUS_LIMIT",
     "BONUS_EXCELLENT",
@@ -106,10 +125,13 @@ __all__ = [
     "PNL_SCALE",
     "RISKY_ACTION_TOKENS",
     "RISK_EXPOSURE_THRESHOLD",
+    "REWARD_SCHEMES",
     "RISK_PENALTY",
     "RUBRICS_RESOURCE",
+    "SCHEME_DEFAULTS",
     "UNAVAILABLE_METRIC_VALUES",
     "BehaviorMetrics",
+    "RewardFunction",
     "RewardNormalizer",
     "RubricSet",
     "RubricsError",
@@ -127,6 +149,7 @@ __all__ = [
     "combine_components",
     "composite_reward",
     "efficiency_reward",
+    "format_penalty",
     "get_priority_metrics",
     "get_rubric",
     "is_bankrupt",
@@ -138,8 +161,11 @@ __all__ = [
     "pnl_component",
     "pnl_reward",
     "priority_weighted_score",
+    "proportional_risk_component",
     "ranking_to_scores",
     "relative_scores",
+    "resolve_weights",
     "risk_adjusted_reward",
     "risk_component",
+    "trading_component",
 ]

@@ -1,28 +1,92 @@
 """The composite reward: the only place where component weights are applied.
 
-total = clip( sum_c w_c * x_c / sum_{c in present, c != risk} w_c , -1, 1 )
+`RewardFunction` turns one transition (the world's `StepOutcome`, plus the rule judge's scores and
+the behaviour tracker's change where a face has them) into named raw components and weights them.
+Two schemes, chosen by `RLAIFEnvConfig.reward_scheme`:
 
-Components are the raw per-step values named in `COMPONENT_NAMES`. Only the components a face
-produces are present: the numeric face has pnl and risk, the text face adds format and reasoning,
-and behavior appears when an archetype is configured. The denominator renormalises over the present
-components, so the numeric face's total is pnl plus the risk term. `risk` is a penalty that is added
-but not normalised (the original subtracted it from the PnL score before weighting, BABYLON.md §5.3),
-and its default weight equals the pnl weight, which reproduces that. A weight of 0 reports a
-component without adding it.
+**skill** (the default; WORLD.md §8, "the return ranks skill"). Weights are read relative to the
+archetype row's pnl weight (`unit`: .5 for the default row), so with the row's own weights:
+
+    reward_t = pnl_t + (w_risk/w_pnl) risk_t + (w_behavior/w_pnl) behavior_t
+               + (w_format format_t + w_reasoning reasoning_t) / (w_pnl x num_ticks)
+
+* `pnl_t` = pnl_scale x pnl_delta / starting_cash (pnl_scale 1), minus 1 on the bankrupt step: it
+  telescopes, so an episode's trading part sums to PnL / starting cash - 1[bankrupt] exactly.
+* `risk_t` = -risk_penalty x USD of exposure the action adds above risk_threshold x equity, over
+  starting cash (0.1: ten cents per dollar past 80 % of equity), minus the same for leverage asked
+  beyond the cap.
+* `format_t` in [-1, 0] (0: clean canonical reply; -1: nothing executable) and `reasoning_t` in
+  [0, 1] are divided by the episode length, so their whole-episode effect is bounded: with the
+  default row a perfect episode of reasoning is worth 0.3 (3,000 USD at 10,000 starting cash) and
+  an episode of unparseable replies costs 0.5. Form separates replies of equal trading value; it
+  cannot buy a higher return than trading well.
+* `behavior_t` is the archetype's behaviour score change (potential-based), so its sum is the
+  episode's behaviour score; with `social-butterfly` (pnl .10, behavior .55) it dominates, with
+  `trader` (.55, .10) PnL does.
+
+**original** (Babylon's composite, for porting code; BABYLON.md §5.2-§5.5):
+
+    reward_t = clip( sum_c w_c x_c / sum_{c present, c != risk} w_c , -1, 1 ),  -1 on bankruptcy
+
+with pnl = clip(10 x pnl_delta / starting_cash, -1, 1), risk a flat -0.5 per buy/open above 80 %
+exposure, and format in [-1, 1] (+1 for a clean reply). Its return does not rank traders: every
+valid reply earns format and reasoning income each tick, the per-step clip saturates a
+resolution's gain while small losses accumulate, and a flat risk charge per buy punishes the
+oracle hardest. Measured on 100+ held-out seeds, an oracle that makes about +52,000 USD gets the
+lowest numeric return, and a boilerplate hold out-earns the informed text policy (README, "Reward").
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["COMPONENT_NAMES", "DEFAULT_WEIGHTS", "combine_components", "resolve_weights"]
+from ..config import RLAIFEnvConfig
+from ..errors import ConfigError
+from .components import (
+    format_penalty,
+    pnl_component,
+    proportional_risk_component,
+    risk_component,
+    trading_component,
+)
+
+__all__ = [
+    "COMPONENT_NAMES",
+    "DEFAULT_WEIGHTS",
+    "REWARD_SCHEMES",
+    "SCHEME_DEFAULTS",
+    "RewardFunction",
+    "combine_components",
+    "resolve_weights",
+]
 
 COMPONENT_NAMES: tuple[str, ...] = ("pnl", "format", "reasoning", "behavior", "risk")
-
+REWARD_SCHEMES: tuple[str, ...] = ("skill", "original")
+SCHEME_DEFAULTS: dict[str, dict[str, float]] = {
+    "skill": {"pnl_scale": 1.0, "risk_penalty": 0.1},
+    "original": {"pnl_scale": 10.0, "risk_penalty": 0.5},
+}
+"""What `pnl_scale=None` and `risk_penalty=None` mean under each scheme."""
 
 _PENALTIES = frozenset({"risk"})
+_PER_EPISODE = frozenset({"format", "reasoning"})
+"""Skill-scheme components whose coefficient is divided by the episode length."""
+
+
+class TransitionLike(Protocol):
+    """The fields of `sim.StepOutcome` the reward reads (arrays of worlds)."""
+
+    pnl_delta: np.ndarray
+    bankrupt: np.ndarray
+    added_exposure: np.ndarray
+    exposure_ratio: np.ndarray
+    filled_usd: np.ndarray
+    leverage_requested: np.ndarray
+    equity_before: np.ndarray
 
 
 def resolve_weights(archetype: str | None, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
@@ -42,12 +106,23 @@ def resolve_weights(archetype: str | None, overrides: Mapping[str, float] | None
     return weights
 
 
-def combine_components(components: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
-    """Weighted total of the present components, clipped to [-1, 1].
+def _check_finite(components: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    arrays = {}
+    for name, value in components.items():
+        if name not in COMPONENT_NAMES:
+            raise KeyError(f"unknown reward component {name!r}; known: {', '.join(COMPONENT_NAMES)}")
+        arr = np.asarray(value, dtype=np.float64)
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"reward component {name!r} is not finite: {value!r}")
+        arrays[name] = arr
+    return arrays
 
-    Args:
-        components: name -> raw values (arrays of worlds, or floats).
-        weights: name -> weight; must cover every present component.
+
+def combine_components(components: Mapping[str, np.ndarray], weights: Mapping[str, float]) -> np.ndarray:
+    """The original scheme's weighting: clip(sum w x / sum of the present non-penalty weights, -1, 1).
+
+    Bankruptcy is not applied here (`RewardFunction.combine` sets -1). Kept public for code that
+    reproduces Babylon's numbers component by component.
 
     Raises:
         KeyError: a component has no weight or an unknown name (the config layer validates weights
@@ -56,12 +131,7 @@ def combine_components(components: Mapping[str, np.ndarray], weights: Mapping[st
     """
     total: np.ndarray | float = 0.0
     norm = 0.0
-    for name, value in components.items():
-        if name not in COMPONENT_NAMES:
-            raise KeyError(f"unknown reward component {name!r}; known: {', '.join(COMPONENT_NAMES)}")
-        arr = np.asarray(value, dtype=np.float64)
-        if not np.all(np.isfinite(arr)):
-            raise ValueError(f"reward component {name!r} is not finite: {value!r}")
+    for name, arr in _check_finite(components).items():
         w = float(weights[name])
         total = total + w * arr
         if name not in _PENALTIES:
@@ -69,6 +139,123 @@ def combine_components(components: Mapping[str, np.ndarray], weights: Mapping[st
     if norm <= 0.0:
         return np.zeros_like(np.asarray(total, dtype=np.float64))
     return np.clip(np.asarray(total, dtype=np.float64) / norm, -1.0, 1.0)
+
+
+@dataclass(frozen=True)
+class RewardFunction:
+    """Components and the weighted total of one transition, for one config (see the module docstring).
+
+    Build it with `from_config`; every face (single, vector, SB3 VecEnv, multi-agent, text) calls the
+    same `components` and `combine`, so they agree bit for bit.
+
+    Attributes:
+        weights: every component weight (archetype row, risk = pnl, then config overrides).
+        unit: the skill scheme's unit weight, the archetype row's own pnl weight before overrides.
+            Overriding pnl to twice the row doubles the trading part; to 0, reports it unweighted.
+        coefficients: each component's multiplier in the skill scheme's per-step sum.
+    """
+
+    scheme: str
+    weights: dict[str, float]
+    unit: float
+    starting_cash: float
+    num_ticks: int
+    max_leverage: float
+    pnl_scale: float
+    risk_threshold: float
+    risk_penalty: float
+    coefficients: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.scheme not in REWARD_SCHEMES:
+            raise ConfigError(f"reward_scheme must be one of {REWARD_SCHEMES}, got {self.scheme!r}")
+        object.__setattr__(self, "coefficients", self._coefficients())
+
+    @classmethod
+    def from_config(cls, config: RLAIFEnvConfig, archetype: str | None) -> RewardFunction:
+        """The reward of `config` for an (already normalised) archetype."""
+        defaults = SCHEME_DEFAULTS[config.reward_scheme]
+        return cls(
+            scheme=config.reward_scheme,
+            weights=resolve_weights(archetype, config.reward_weights),
+            unit=resolve_weights(archetype)["pnl"],
+            starting_cash=config.starting_cash,
+            num_ticks=config.num_ticks,
+            max_leverage=config.max_leverage,
+            pnl_scale=defaults["pnl_scale"] if config.pnl_scale is None else config.pnl_scale,
+            risk_threshold=config.risk_threshold,
+            risk_penalty=defaults["risk_penalty"] if config.risk_penalty is None else config.risk_penalty,
+        )
+
+    def _coefficients(self) -> dict[str, float]:
+        """Skill: each component's multiplier in the per-step sum. Original: its weight (then normalised)."""
+        if self.scheme == "original":
+            return dict(self.weights)
+        return {name: w / self.unit / (self.num_ticks if name in _PER_EPISODE else 1)
+                for name, w in self.weights.items()}
+
+    def components(
+        self,
+        out: TransitionLike,
+        *,
+        format_score: np.ndarray | None = None,
+        reasoning: np.ndarray | None = None,
+        behavior: np.ndarray | None = None,
+    ) -> dict[str, np.ndarray]:
+        """The raw components of a batch of transitions (B,) under this scheme.
+
+        Args:
+            out: the world's step outcome.
+            format_score: the rule judge's format score in [-1, 1] (text face); the skill scheme
+                reports it as a penalty, `format_penalty(format_score)`.
+            reasoning: the rule judge's reasoning score in [0, 1] (text face).
+            behavior: the archetype behaviour score's change this step.
+        """
+        if self.scheme == "skill":
+            comps = {
+                "pnl": trading_component(out.pnl_delta, out.bankrupt, self.starting_cash, self.pnl_scale),
+                "risk": proportional_risk_component(
+                    out.added_exposure, out.exposure_ratio, out.filled_usd, out.leverage_requested,
+                    out.equity_before, self.starting_cash, self.max_leverage, self.risk_threshold, self.risk_penalty),
+            }
+        else:
+            comps = {
+                "pnl": pnl_component(out.pnl_delta, self.starting_cash, self.pnl_scale),
+                "risk": risk_component(out.added_exposure, out.exposure_ratio, out.leverage_requested,
+                                       self.max_leverage, self.risk_threshold, self.risk_penalty),
+            }
+        if format_score is not None:
+            fmt = np.asarray(format_score, np.float64)
+            comps["format"] = format_penalty(fmt) if self.scheme == "skill" else fmt
+        if reasoning is not None:
+            comps["reasoning"] = np.asarray(reasoning, np.float64)
+        if behavior is not None:
+            comps["behavior"] = np.asarray(behavior, np.float64)
+        return comps
+
+    def combine(self, components: Mapping[str, np.ndarray], bankrupt: np.ndarray) -> np.ndarray:
+        """The per-step reward (B,) from raw components: the one place weights are applied."""
+        if self.scheme == "original":
+            reward = combine_components(components, self.weights)
+            # Bankruptcy is the worst outcome and ends the episode: -1, never the original's unclipped -10.
+            return np.where(np.asarray(bankrupt, bool), -1.0, reward)
+        total = np.zeros(np.shape(np.asarray(bankrupt)), dtype=np.float64)
+        for name, arr in _check_finite(components).items():
+            total = total + self.coefficients[name] * arr
+        return total
+
+    def trading_return(self, final_equity: np.ndarray, bankrupt: np.ndarray) -> np.ndarray:
+        """Skill scheme: what an episode's trading part (coefficient x pnl component) sums to.
+
+        (w_pnl / unit) x [pnl_scale x (final equity - starting cash) / starting cash - 1[bankrupt]]: the
+        PnL in units of starting cash, less 1 for bankruptcy, under the defaults. Equal to the
+        per-step sum within float rounding (tests check 1e-9).
+        """
+        if self.scheme != "skill":
+            raise ValueError("only the skill scheme's trading part telescopes; the original clips each step")
+        money = trading_component(np.asarray(final_equity, np.float64) - self.starting_cash, bankrupt,
+                                  self.starting_cash, self.pnl_scale)
+        return self.coefficients["pnl"] * money
 
 
 DEFAULT_WEIGHTS: dict[str, float] = resolve_weights(None)

@@ -21,9 +21,17 @@ REPLIES = [
 ]
 
 
+def _skill_total(comps, row, num_ticks):
+    """The skill scheme's per-step sum written out (composite.py): weights relative to the row's pnl weight."""
+    unit = row["pnl"]
+    return (comps["pnl"] + comps["risk"] + row["behavior"] / unit * comps["behavior"]
+            + (row["format"] * comps["format"] + row["reasoning"] * comps["reasoning"]) / (unit * num_ticks))
+
+
+@pytest.mark.parametrize("scheme", ["skill", "original"])
 @pytest.mark.parametrize("archetype", ["degen", "social-butterfly", "trader", "researcher"])
-def test_archetype_row_weights_the_text_reward_and_behavior_sums_to_the_episode_score(archetype):
-    env = gym.make("RLAIF-Text-v0", archetype=archetype, num_ticks=60)
+def test_archetype_row_weights_the_text_reward_and_behavior_sums_to_the_episode_score(archetype, scheme):
+    env = gym.make("RLAIF-Text-v0", archetype=archetype, num_ticks=60, reward_scheme=scheme)
     env.reset(seed=1)
     row = ARCHETYPE_REWARD_WEIGHTS[archetype]
     weights = {**row, "risk": row["pnl"]}
@@ -32,7 +40,10 @@ def test_archetype_row_weights_the_text_reward_and_behavior_sums_to_the_episode_
         _, reward, terminated, truncated, info = env.step(REPLIES[t % len(REPLIES)])
         comps = info["reward_components"]
         assert set(comps) == {"pnl", "risk", "format", "reasoning", "behavior"}
-        expected = float(combine_components({k: np.array([v]) for k, v in comps.items()}, weights)[0])
+        if scheme == "original":
+            expected = float(combine_components({k: np.array([v]) for k, v in comps.items()}, weights)[0])
+        else:
+            expected = _skill_total(comps, row, 60)
         assert reward == pytest.approx(expected, abs=1e-12), t
         total_behavior += comps["behavior"]
         if terminated or truncated:

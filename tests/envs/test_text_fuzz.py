@@ -10,6 +10,7 @@ import json
 import math
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -73,10 +74,14 @@ def text_env():
 def _step_and_check(env, reply):
     prompt, reward, terminated, truncated, info = env.step(reply)
     assert isinstance(prompt, str) and env.observation_space.contains(prompt)
-    assert math.isfinite(reward) and -1.0 <= reward <= 1.0
+    assert math.isfinite(reward)
     comps = info["reward_components"]
     assert all(math.isfinite(v) for v in comps.values())
-    assert -1.0 <= comps["format"] <= 1.0 and 0.0 <= comps["reasoning"] <= 1.0
+    # The skill reward's format is a penalty (0 for a clean reply), reasoning a bounded bonus.
+    assert -1.0 <= comps["format"] <= 0.0 and 0.0 <= comps["reasoning"] <= 1.0
+    expected = env.unwrapped.reward_function.combine({k: np.array([v]) for k, v in comps.items()},
+                                                     np.array([terminated]))
+    assert reward == expected[0]
     if info["parsed_action"] is None:
         assert info["feedback"]["success"] is False and info["feedback"]["error"]
         assert info["format_errors"] and comps["format"] == -1.0

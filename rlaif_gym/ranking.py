@@ -1,0 +1,336 @@
+"""Does the return rank skill? Reference policies in both faces, scored by the env's own reward.
+
+WORLD.md §8's promise, measured: summed over whole episodes on held-out seeds, the default reward of
+`RLAIF-v0` and `RLAIF-Text-v0` must order policies the way a trader would. This module plays the
+reference policies (numeric: the baseline agents; text: the offline scripted model, boilerplate,
+random and judge-gaming replies, a social poster) and reports mean return, mean PnL, their standard
+errors and the rank correlation between return and PnL. `examples/reward_ranking.py` prints the
+README's table from it; `tests/test_reward_ranking.py` asserts the orderings on a smaller sample.
+
+Every text policy answers the prompt the env renders (and, where its rule needs ids, the same
+tick's `TickView`): nothing reads the hidden truth except `OracleAgent` in the numeric face.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .agents import InformedAgent, OracleAgent, PassiveAgent, RandomAgent
+from .config import RLAIFEnvConfig
+from .encoding.view import TickView
+from .envs import RLAIFCore, evaluate_policy
+from .envs.text_env import RLAIFTextEnv
+from .llm.scripted import ScriptedLLM
+
+__all__ = [
+    "NUMERIC_POLICIES",
+    "TEXT_POLICIES",
+    "PolicyScore",
+    "TextPolicy",
+    "markdown_table",
+    "numeric_ranking",
+    "ordering_gaps",
+    "pooled_spearman",
+    "spearman",
+    "text_ranking",
+]
+
+NUMERIC_POLICIES: dict[str, type] = {
+    "OracleAgent": OracleAgent,
+    "InformedAgent": InformedAgent,
+    "PassiveAgent": PassiveAgent,
+    "RandomAgent": RandomAgent,
+}
+"""The numeric face's reference policies, best first (the oracle reads the hidden truth)."""
+
+
+@dataclass
+class PolicyScore:
+    """One policy's episodes (one per seed, same seeds for every policy of a table).
+
+    Attributes:
+        name: the policy.
+        seeds: the episodes' seeds.
+        episode_return: sum of the env's rewards per episode.
+        final_pnl: final equity minus starting cash per episode, USD.
+        components: per-component sums of the raw components per episode (text: pnl, risk, format,
+            reasoning, and behavior with an archetype).
+    """
+
+    name: str
+    seeds: np.ndarray
+    episode_return: np.ndarray
+    final_pnl: np.ndarray
+    components: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def mean_return(self) -> float:
+        return float(self.episode_return.mean())
+
+    @property
+    def se_return(self) -> float:
+        """Standard error of the mean return."""
+        n = len(self.episode_return)
+        return float(self.episode_return.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+
+    @property
+    def mean_pnl(self) -> float:
+        return float(self.final_pnl.mean())
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (ties share their average rank); 0 when either side is constant."""
+    rx, ry = _ranks(np.asarray(x, np.float64)), _ranks(np.asarray(y, np.float64))
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    order = np.argsort(a, kind="mergesort")
+    ranks = np.empty(len(a))
+    ranks[order] = np.arange(len(a), dtype=np.float64)
+    values, inverse = np.unique(a, return_inverse=True)
+    sums = np.bincount(inverse, weights=ranks)
+    counts = np.bincount(inverse)
+    return (sums / counts)[inverse]
+
+
+def pooled_spearman(scores: Iterable[PolicyScore]) -> float:
+    """Spearman(return, final PnL) over every episode of every policy."""
+    scores = list(scores)
+    return spearman(np.concatenate([s.episode_return for s in scores]), np.concatenate([s.final_pnl for s in scores]))
+
+
+def ordering_gaps(scores: Mapping[str, PolicyScore], order: Sequence[str]) -> list[tuple[str, str, float]]:
+    """For consecutive names of `order` (best first): (better, worse, gap in standard errors).
+
+    The gap is the difference of mean returns over the unpaired standard error of that difference,
+    sqrt(se_a^2 + se_b^2) (conservative: the policies share seeds, which a paired test would use).
+    """
+    out = []
+    for a, b in zip(order, order[1:]):
+        sa, sb = scores[a], scores[b]
+        se = math.hypot(sa.se_return, sb.se_return)
+        gap = sa.mean_return - sb.mean_return
+        out.append((a, b, gap / se if se > 0 else (math.inf if gap > 0 else -math.inf if gap < 0 else 0.0)))
+    return out
+
+
+# -- numeric face ---------------------------------------------------------------------------------
+
+
+def numeric_ranking(seeds: Sequence[int], config: RLAIFEnvConfig | Mapping[str, Any] | None = None,
+                    policies: Mapping[str, type] | None = None) -> dict[str, PolicyScore]:
+    """Play every numeric reference policy once per seed (one batch per policy, the single env's core)."""
+    cfg = RLAIFEnvConfig.from_any(config)
+    core = RLAIFCore(cfg, num_worlds=len(seeds))
+    out = {}
+    for name, cls in (policies or NUMERIC_POLICIES).items():
+        stats = evaluate_policy(cls(core, seed=0), seeds, cfg, core=core)
+        out[name] = PolicyScore(name, np.asarray(seeds), stats.episode_return, stats.final_pnl)
+    return out
+
+
+# -- text face --------------------------------------------------------------------------------------
+
+
+class TextPolicy:
+    """A reply-writing policy for `RLAIF-Text-v0`: `reset(seed)` per episode, then `reply(prompt, view)`."""
+
+    def reset(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def reply(self, prompt: str, view: TickView) -> str:
+        raise NotImplementedError
+
+
+def _reply(think: str, action: Mapping[str, Any]) -> str:
+    return f"<think>{think}</think>\n{json.dumps(action)}"
+
+
+class ScriptedInformed(TextPolicy):
+    """The offline scripted model (`ScriptedLLM`), greedy: reads the evidence, cites it, trades on gaps."""
+
+    def __init__(self) -> None:
+        self.model = ScriptedLLM()
+
+    def reply(self, prompt, view):
+        return _reply(*self.model.decide(prompt))
+
+
+class GamedInformed(ScriptedInformed):
+    """The scripted model's *actions* with gamed reasoning: the judge alone must tell them apart.
+
+    Args:
+        how: "stuffing" (trading keywords), "copying" (the prompt pasted back) or "padding" (the
+            honest reasoning plus 400 words of filler).
+    """
+
+    _STUFF = ("bullish buy long profit exposure risk momentum trend upside opportunity pnl loss hedge sentiment "
+              "probability volume breakout support resistance ") * 4
+    _FILLER = " ".join(f"Consideration {i}: markets are complex adaptive systems shaped by many participants "
+                       "whose incentives vary over time and place." for i in range(25))
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        if how not in ("stuffing", "copying", "padding"):
+            raise ValueError(f"how must be stuffing, copying or padding, got {how!r}")
+        self.how = how
+
+    def reply(self, prompt, view):
+        think, action = self.model.decide(prompt)
+        if self.how == "stuffing":
+            think = self._STUFF + "So I act."
+        elif self.how == "copying":
+            think = prompt + "\nSo I act."
+        else:
+            think = f"{think} {self._FILLER}"
+        return _reply(think, action)
+
+
+class BoilerplateHold(TextPolicy):
+    """Always waits with one cited price and a stock sentence: a clean reply that never trades."""
+
+    def reply(self, prompt, view):
+        m = view.markets[0]
+        return _reply(f"{m.market_id} trades at {100 * m.yes_price:.1f}¢ YES. The evidence is mixed, so I hold.",
+                      {"type": "wait"})
+
+
+class RandomCanned(TextPolicy):
+    """A random buy (random market and side, 2-5 % of equity) on a quarter of the ticks, else a wait, one canned line."""
+
+    def reply(self, prompt, view):
+        if self.rng.random() >= 0.25:
+            return _reply("Nothing stands out, so I wait.", {"type": "wait"})
+        m = view.markets[int(self.rng.integers(len(view.markets)))]
+        side = "YES" if self.rng.random() < 0.5 else "NO"
+        amount = round(float(self.rng.uniform(0.02, 0.05)) * view.equity, 2)
+        return _reply(f"I have a good feeling about {m.market_id}, so I buy {side}.",
+                      {"type": "buy_prediction", "market": m.market_id, "outcome": side, "amount": amount})
+
+
+class Unparseable(TextPolicy):
+    """Prose with no action block: every tick is a no-op with format -1."""
+
+    def reply(self, prompt, view):
+        return "I think the markets look interesting today and I would probably buy something."
+
+
+class SocialPoster(TextPolicy):
+    """Joins every group, then alternates a grounded post about the latest news and a DM to the next NPC.
+
+    It never trades: the reference for archetypes whose priorities are social (social-butterfly).
+    """
+
+    def reset(self, seed):
+        super().reset(seed)
+        self.turn = 0
+
+    def reply(self, prompt, view):
+        for name, joined in view.groups:
+            if not joined:
+                return _reply(f"I am not in {name} yet; joining it connects me with more traders, so I join.",
+                              {"type": "join_group", "group": name})
+        self.turn += 1
+        news = next((n for n in view.news if n.subject.startswith("market-")), None)
+        if self.turn % 2 and news is not None:
+            way = "YES" if news.direction > 0 else "NO"
+            content = f"{news.source} expects {news.subject} to resolve {way}. What do you all think?"
+            return _reply(f"{news.source} just said {news.subject} resolves {way}; sharing it starts a "
+                          "conversation, so I post it.", {"type": "create_post", "content": content})
+        npc = view.npcs[(self.turn // 2) % len(view.npcs)]
+        agent, name = npc.split(" ", 1)
+        return _reply(f"I have not talked with {name} lately, so I send {agent} a DM to keep in touch.",
+                      {"type": "send_dm", "recipient": agent, "content": "Hi! What are you watching this week?"})
+
+
+TEXT_POLICIES: dict[str, Callable[[], TextPolicy]] = {
+    "scripted model (informed)": ScriptedInformed,
+    "same trades, padded reasoning": lambda: GamedInformed("padding"),
+    "same trades, keyword stuffing": lambda: GamedInformed("stuffing"),
+    "same trades, prompt copied": lambda: GamedInformed("copying"),
+    "boilerplate hold": BoilerplateHold,
+    "social poster (never trades)": SocialPoster,
+    "random buys, canned line": RandomCanned,
+    "no executable action": Unparseable,
+}
+"""The text face's reference policies (names are the table's rows)."""
+
+
+def play_text(policy: TextPolicy, seeds: Sequence[int], config: RLAIFEnvConfig | Mapping[str, Any] | None = None,
+              name: str = "") -> PolicyScore:
+    """One `RLAIF-Text-v0` episode per seed with `policy`; returns, PnL and component sums."""
+    env = RLAIFTextEnv(RLAIFEnvConfig.from_any(config))
+    returns, pnl, comps = [], [], {}
+    for i, seed in enumerate(seeds):
+        prompt, _ = env.reset(seed=int(seed))
+        policy.reset(int(seed))
+        total, sums, done = 0.0, {}, False
+        while not done:
+            prompt, reward, terminated, truncated, info = env.step(policy.reply(prompt, env.view))
+            total += reward
+            for k, v in info["reward_components"].items():
+                sums[k] = sums.get(k, 0.0) + v
+            done = terminated or truncated
+        returns.append(total)
+        pnl.append(info["equity"] - env.config.starting_cash)
+        for k, v in sums.items():
+            comps.setdefault(k, np.zeros(len(seeds)))[i] = v
+    return PolicyScore(name, np.asarray(seeds), np.asarray(returns), np.asarray(pnl), comps)
+
+
+def _play_named(args: tuple[str, Sequence[int], dict[str, Any]]) -> PolicyScore:
+    name, seeds, config = args
+    return play_text(TEXT_POLICIES[name](), seeds, config, name)
+
+
+def text_ranking(seeds: Sequence[int], config: RLAIFEnvConfig | Mapping[str, Any] | None = None,
+                 policies: Sequence[str] | None = None, workers: int = 1) -> dict[str, PolicyScore]:
+    """Play the named text policies (default: all of `TEXT_POLICIES`) once per seed.
+
+    Args:
+        seeds: one episode per seed, the same seeds for every policy.
+        config: the env config (default: `RLAIFEnvConfig()`).
+        policies: names from `TEXT_POLICIES`.
+        workers: processes; each plays whole policies, so results do not depend on it.
+    """
+    cfg = RLAIFEnvConfig.from_any(config).model_dump(exclude_unset=True)
+    names = list(policies or TEXT_POLICIES)
+    jobs = [(n, list(seeds), cfg) for n in names]
+    if workers <= 1:
+        results = [_play_named(j) for j in jobs]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(_play_named, jobs))
+    return dict(zip(names, results))
+
+
+# -- tables -----------------------------------------------------------------------------------------
+
+
+def markdown_table(scores: Mapping[str, PolicyScore], starting_cash: float) -> str:
+    """Rows of mean return ± 2 SE, mean PnL, and the return's trading and form parts (text)."""
+    has_form = any("reasoning" in s.components for s in scores.values())
+    head = "| policy | mean return (± 2 SE) | mean PnL (USD) | PnL / starting cash |"
+    rule = "|---|---:|---:|---:|"
+    if has_form:
+        head += " mean format | mean reasoning |"
+        rule += "---:|---:|"
+    lines = [head, rule]
+    for name, s in scores.items():
+        row = (f"| {name} | {s.mean_return:+.3f} (± {2 * s.se_return:.3f}) | {s.mean_pnl:+,.0f} | "
+               f"{s.mean_pnl / starting_cash:+.3f} |")
+        if has_form:
+            n = {k: v.mean() for k, v in s.components.items()}
+            row += f" {n.get('format', 0.0):+.1f} | {n.get('reasoning', 0.0):.1f} |"
+        lines.append(row)
+    return "\n".join(lines)
