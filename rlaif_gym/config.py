@@ -60,16 +60,23 @@ class RLAIFEnvConfig(BaseModel):
         description="Multiplier of pnl_delta / starting_cash in the pnl component; None: 1 (skill) or 10 (original, "
         "then clipped to [-1, 1] per step).",
     )
+    form_scale: float = Field(
+        0.25, ge=0,
+        description="Skill scheme: weight of a whole episode's format and reasoning, relative to their row weights. "
+        "Per tick they get w / (w_pnl x num_ticks) x form_scale: with the default row an episode of perfect reasoning "
+        "is worth 0.075 (750 USD at 10,000 starting cash) and one of unparseable replies costs 0.125.",
+    )
     risk_threshold: float = Field(0.8, gt=0, description="Exposure / equity above which adding exposure is risky.")
     risk_penalty: float | None = Field(
         None, ge=0,
-        description="Risk price; None: 0.1 per USD of exposure added above the threshold, over starting cash (skill), "
-        "or a flat 0.5 per risky action (original).",
+        description="Risk price; None: skill charges 0.1 x the USD of exposure an action adds above the threshold "
+        "(over starting cash), original a flat 0.5 per risky action.",
     )
     reward_weights: dict[str, float] = Field(
         default_factory=dict,
         description="Overrides of the component weights (pnl .5, format .25, reasoning .15, behavior .10, "
-        "risk = the pnl weight). The skill scheme reads them relative to the archetype row's pnl weight (.5 by default). 0 reports a component without adding it.",
+        "risk = the pnl weight). The skill scheme reads them relative to the archetype row's pnl weight (.5 by "
+        "default). 0 reports a component without adding it.",
     )
 
     archetype: str | None = Field(

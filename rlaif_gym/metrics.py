@@ -611,6 +611,8 @@ class RunMetrics:
     mean_turnover: float | None = None
     predictions: PredictionScores | None = None
     ledger_episodes: int = 0
+    reward_pnl_correlation: float = math.nan
+    """Spearman between episode reward (sum over ticks) and final PnL: near 1 when the return ranks trading."""
     ledger_notes: list[str] = field(default_factory=list)
     episodes_detail: list[EpisodeMetrics] = field(default_factory=list)
 
@@ -656,6 +658,7 @@ def run_metrics(trajs: Sequence[Trajectory], ledgers: Mapping[str, EpisodeLedger
         failed_actions=sum(m.failed_actions for m in eps), judge_score=_mean(judges),
         judge_source=", ".join(sources) if sources else "none",
         judge_pnl_correlation=rank_correlation(judges, [m.pnl for m in eps]),
+        reward_pnl_correlation=rank_correlation([m.total_reward for m in eps], [m.pnl for m in eps]),
         components=component_stats(trajs), calls=call_stats(trajs), episodes_detail=eps,
         ledger_notes=sorted({n for n in notes.values() if n}),
     )

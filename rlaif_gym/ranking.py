@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -30,13 +31,25 @@ from .envs.text_env import RLAIFTextEnv
 from .llm.scripted import ScriptedLLM
 
 __all__ = [
+    "ARCHETYPE_POLICIES",
+    "EXPECTED_ORDERS",
+    "GAMED",
+    "HOLD",
+    "INFORMED",
+    "JUNK",
     "NUMERIC_POLICIES",
+    "RANDOM",
+    "SOCIAL",
     "TEXT_POLICIES",
+    "GroupAgreement",
     "PolicyScore",
     "TextPolicy",
+    "chain",
+    "grpo_agreement",
     "markdown_table",
     "numeric_ranking",
     "ordering_gaps",
+    "orderings_table",
     "pooled_spearman",
     "spearman",
     "text_ranking",
@@ -97,7 +110,7 @@ def _ranks(a: np.ndarray) -> np.ndarray:
     order = np.argsort(a, kind="mergesort")
     ranks = np.empty(len(a))
     ranks[order] = np.arange(len(a), dtype=np.float64)
-    values, inverse = np.unique(a, return_inverse=True)
+    _, inverse = np.unique(a, return_inverse=True)
     sums = np.bincount(inverse, weights=ranks)
     counts = np.bincount(inverse)
     return (sums / counts)[inverse]
@@ -109,19 +122,41 @@ def pooled_spearman(scores: Iterable[PolicyScore]) -> float:
     return spearman(np.concatenate([s.episode_return for s in scores]), np.concatenate([s.final_pnl for s in scores]))
 
 
-def ordering_gaps(scores: Mapping[str, PolicyScore], order: Sequence[str]) -> list[tuple[str, str, float]]:
-    """For consecutive names of `order` (best first): (better, worse, gap in standard errors).
+def ordering_gaps(scores: Mapping[str, PolicyScore], pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str, float]]:
+    """For each (better, worse) pair: the gap in mean return, in standard errors (paired by seed).
 
-    The gap is the difference of mean returns over the unpaired standard error of that difference,
-    sqrt(se_a^2 + se_b^2) (conservative: the policies share seeds, which a paired test would use).
+    Both policies play the same seeds, so the test is on the per-seed differences d = r_better -
+    r_worse: mean(d) / (std(d) / sqrt(n)). A constant positive difference is +inf.
     """
     out = []
-    for a, b in zip(order, order[1:]):
-        sa, sb = scores[a], scores[b]
-        se = math.hypot(sa.se_return, sb.se_return)
-        gap = sa.mean_return - sb.mean_return
-        out.append((a, b, gap / se if se > 0 else (math.inf if gap > 0 else -math.inf if gap < 0 else 0.0)))
+    for a, b in pairs:
+        d = scores[a].episode_return - scores[b].episode_return
+        se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
+        mean = float(d.mean())
+        out.append((a, b, mean / se if se > 0 else (math.inf if mean > 0 else -math.inf if mean < 0 else 0.0)))
     return out
+
+
+def chain(*names: str) -> list[tuple[str, str]]:
+    """Consecutive pairs of an ordering, best first: chain(a, b, c) = [(a, b), (b, c)]."""
+    return list(pairwise(names))
+
+
+INFORMED, HOLD, RANDOM = "scripted model (informed)", "boilerplate hold", "random buys, canned line"
+SOCIAL, JUNK = "social poster (never trades)", "no executable action"
+GAMED = ("same trades, padded reasoning", "same trades, keyword stuffing", "same trades, prompt copied")
+
+EXPECTED_ORDERS: dict[str, list[tuple[str, str]]] = {
+    "numeric": chain("OracleAgent", "InformedAgent", "PassiveAgent", "RandomAgent"),
+    "text": [*chain(INFORMED, HOLD, RANDOM), *((INFORMED, g) for g in GAMED), (HOLD, JUNK)],
+    "trader": [*chain(INFORMED, HOLD, RANDOM), (INFORMED, SOCIAL)],
+    "social-butterfly": [(SOCIAL, INFORMED), (SOCIAL, HOLD), (SOCIAL, RANDOM)],
+}
+"""The orderings the default return must show (better, worse), per table: the README's ranking table
+and tests/test_reward_ranking.py check these pairs."""
+
+ARCHETYPE_POLICIES: tuple[str, ...] = (INFORMED, SOCIAL, HOLD, RANDOM)
+"""The text policies of the archetype tables."""
 
 
 # -- numeric face ---------------------------------------------------------------------------------
@@ -206,7 +241,7 @@ class BoilerplateHold(TextPolicy):
 
 
 class RandomCanned(TextPolicy):
-    """A random buy (random market and side, 2-5 % of equity) on a quarter of the ticks, else a wait, one canned line."""
+    """A random buy (random market and side, 2-5 % of equity) on a quarter of the ticks, else a wait; canned lines."""
 
     def reply(self, prompt, view):
         if self.rng.random() >= 0.25:
@@ -311,7 +346,7 @@ def text_ranking(seeds: Sequence[int], config: RLAIFEnvConfig | Mapping[str, Any
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(_play_named, jobs))
-    return dict(zip(names, results))
+    return dict(zip(names, results, strict=True))
 
 
 # -- tables -----------------------------------------------------------------------------------------
@@ -334,3 +369,67 @@ def markdown_table(scores: Mapping[str, PolicyScore], starting_cash: float) -> s
             row += f" {n.get('format', 0.0):+.1f} | {n.get('reasoning', 0.0):.1f} |"
         lines.append(row)
     return "\n".join(lines)
+
+
+def orderings_table(scores: Mapping[str, PolicyScore], pairs: Iterable[tuple[str, str]]) -> str:
+    """One line per expected (better, worse) pair: the gap in mean return and in paired standard errors."""
+    lines = ["| expected | gap in mean return | gap / paired SE | holds |", "|---|---:|---:|:---:|"]
+    for a, b, z in ordering_gaps(scores, pairs):
+        gap = scores[a].mean_return - scores[b].mean_return
+        lines.append(f"| {a} > {b} | {gap:+.3f} | {z:+.1f} | {'yes' if gap > 0 else 'NO'} |")
+    return "\n".join(lines)
+
+
+# -- GRPO groups -------------------------------------------------------------------------------------
+
+
+@dataclass
+class GroupAgreement:
+    """How often, within GRPO groups, the return orders two members the way their PnL does.
+
+    Attributes:
+        pairs: member pairs whose final PnL differs by more than the margin.
+        agreeing: of those, pairs whose returns are ordered the same way.
+        groups: groups played; members: their size.
+    """
+
+    pairs: int
+    agreeing: int
+    groups: int
+    members: int
+
+    @property
+    def rate(self) -> float:
+        return self.agreeing / self.pairs if self.pairs else float("nan")
+
+
+def grpo_agreement(groups: int, seed: int, *, group_size: int = 8, fork_tick: int = 24, margin: float = 0.01,
+                   config: RLAIFEnvConfig | Mapping[str, Any] | None = None, temperature: float = 0.9,
+                   ) -> GroupAgreement:
+    """Collect GRPO groups with the scripted model and compare each group's return order with its PnL order.
+
+    Each group forks one episode at `fork_tick` (`RolloutCollector.collect_forks`): the members share
+    that state and differ only in the scripted model's sampling seeds, which vary its evidence
+    threshold and trade size. Scores are the trajectories' `total_reward` (what `to_grpo_groups`
+    exports); a pair counts when the members' final PnL differ by more than `margin` x starting cash.
+    """
+    from itertools import combinations
+
+    from .agents import ScriptedLLMAgent
+    from .rollout import RolloutCollector
+    from .storage.exports import to_grpo_groups
+
+    cfg = RLAIFEnvConfig.from_any(config)
+    collector = RolloutCollector(ScriptedLLMAgent(temperature=temperature), env_config=cfg, num_envs=group_size,
+                                 group_size=group_size)
+    collector.collect_forks(groups, seed=seed, fork_tick=fork_tick)
+    by_id = {t.trajectory_id: t for t in collector.trajectories}
+    exported, _ = to_grpo_groups(collector.trajectories)
+    pairs = agreeing = 0
+    for group in exported:
+        members = [by_id[i] for i in group["trajectory_ids"]]
+        for (a, sa), (b, sb) in combinations(zip(members, group["scores"], strict=True), 2):
+            if abs(a.final_pnl - b.final_pnl) > margin * cfg.starting_cash:
+                pairs += 1
+                agreeing += (sa - sb) * (a.final_pnl - b.final_pnl) > 0
+    return GroupAgreement(pairs, agreeing, len(exported), group_size)

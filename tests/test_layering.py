@@ -23,7 +23,8 @@ LAYERS = {
     "envs": 4, "wrappers": 4, "llm_judge": 4,
     "rollout": 5,
     # cli is the top: it composes everything, the L6 integrations (e.g. serve-local) included.
-    "cli": 7, "integrations": 6, "benchmark": 5, "ranking": 6, "rlaif_env": 6, "rollout_generator": 6, "metrics": 3, "report": 6,
+    "cli": 7, "integrations": 6, "benchmark": 5, "ranking": 6,
+    "rlaif_env": 6, "rollout_generator": 6, "metrics": 3, "report": 6,
 }
 THIRD_PARTY_BY_LAYER = {0: {"pydantic"}, 1: {"numpy", "numba", "pydantic"}}
 # The trajectory schema is pydantic + stdlib only (readers and storage pull in nothing heavy).

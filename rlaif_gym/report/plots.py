@@ -25,6 +25,7 @@ PLOTS = {
     "equity": "equity curves against buy-and-hold and the baselines",
     "components": "reward components over ticks",
     "component_distributions": "distributions of the reward components",
+    "reward_vs_pnl": "episode reward against final PnL",
     "judge_vs_pnl": "judge score against final PnL",
     "latency": "latency and tokens per LLM call",
 }
@@ -199,6 +200,31 @@ def plot_component_distributions(runs: Sequence[RunReport], path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_reward_vs_pnl(runs: Sequence[RunReport], path: Path) -> Path:
+    """One point per episode: its reward (sum over ticks) against its final PnL, with Spearman's rank correlation.
+
+    With the default reward the points lie near a rising line (the trading part is PnL / starting
+    cash); a cloud, or a falling line, means the return and the money disagree.
+    """
+    fig, axes = _figure()
+    ax = axes[0, 0]
+    for i, run in enumerate(runs):
+        eps = run.metrics.episodes_detail
+        x = np.array([m.pnl for m in eps])
+        y = np.array([m.total_reward for m in eps])
+        rho = rank_correlation(x, y)
+        rho_text = "n/a" if math.isnan(rho) else f"{rho:+.2f}"
+        ax.scatter(x, y, color=_color(i), s=36, alpha=0.8, label=f"{run.name} (Spearman ρ {rho_text})")
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.axvline(0.0, color="grey", linewidth=0.8)
+    ax.set_xlabel("final PnL (USD)")
+    ax.set_ylabel("episode reward (sum over ticks)")
+    ax.set_title("Does the return agree with the money? One point per episode")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def plot_judge_vs_pnl(runs: Sequence[RunReport], path: Path) -> Path:
     """One point per episode: its judge score against its final PnL, with Spearman's rank correlation."""
     fig, axes = _figure()
@@ -269,6 +295,7 @@ _PLOTTERS = {
     "equity": plot_equity,
     "components": plot_components,
     "component_distributions": plot_component_distributions,
+    "reward_vs_pnl": plot_reward_vs_pnl,
     "judge_vs_pnl": plot_judge_vs_pnl,
     "latency": plot_latency,
 }

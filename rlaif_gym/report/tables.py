@@ -94,6 +94,7 @@ def _specs(runs: Sequence[RunReport]) -> list[tuple[str, str, _Getter, str]]:
         ("Outcome", "std of final PnL (USD)", _m("std_pnl"), "money"),
         ("Outcome", "mean return", _m("mean_return"), "pct"),
         ("Outcome", "mean episode reward (sum over ticks)", _m("mean_total_reward"), "num"),
+        ("Outcome", "Spearman: episode reward vs PnL", _m("reward_pnl_correlation"), "num"),
         ("Risk", f"Sharpe (annualised, {TICKS_PER_YEAR} ticks/yr)", _m("sharpe"), "ratio"),
         ("Risk", "Sortino (annualised)", _m("sortino"), "ratio"),
         ("Risk", "Calmar (annualised mean return / max DD)", _m("calmar"), "ratio"),

@@ -87,7 +87,7 @@ def proportional_risk_component(
     above_usd = np.maximum(np.asarray(exposure_ratio, np.float64) - threshold, 0.0) * equity
     excess_usd = np.where(np.asarray(added_exposure, bool), np.minimum(added_usd, above_usd), 0.0)
     excess_leverage = np.maximum(lev / max_leverage - 1.0, 0.0)
-    return -penalty * (excess_usd / starting_cash + excess_leverage)
+    return 0.0 - penalty * (excess_usd / starting_cash + excess_leverage)  # 0.0 - 0.0: no "-0.0" in logs
 
 
 def format_penalty(format_score: np.ndarray | float) -> np.ndarray:

@@ -8,7 +8,7 @@ Two schemes, chosen by `RLAIFEnvConfig.reward_scheme`:
 archetype row's pnl weight (`unit`: .5 for the default row), so with the row's own weights:
 
     reward_t = pnl_t + (w_risk/w_pnl) risk_t + (w_behavior/w_pnl) behavior_t
-               + (w_format format_t + w_reasoning reasoning_t) / (w_pnl x num_ticks)
+               + form_scale x (w_format format_t + w_reasoning reasoning_t) / (w_pnl x num_ticks)
 
 * `pnl_t` = pnl_scale x pnl_delta / starting_cash (pnl_scale 1), minus 1 on the bankrupt step: it
   telescopes, so an episode's trading part sums to PnL / starting cash - 1[bankrupt] exactly.
@@ -16,10 +16,11 @@ archetype row's pnl weight (`unit`: .5 for the default row), so with the row's o
   starting cash (0.1: ten cents per dollar past 80 % of equity), minus the same for leverage asked
   beyond the cap.
 * `format_t` in [-1, 0] (0: clean canonical reply; -1: nothing executable) and `reasoning_t` in
-  [0, 1] are divided by the episode length, so their whole-episode effect is bounded: with the
-  default row a perfect episode of reasoning is worth 0.3 (3,000 USD at 10,000 starting cash) and
-  an episode of unparseable replies costs 0.5. Form separates replies of equal trading value; it
-  cannot buy a higher return than trading well.
+  [0, 1] are divided by the episode length and scaled by `form_scale` (0.25), so their
+  whole-episode effect is bounded: with the default row a perfect episode of reasoning is worth
+  0.075 (750 USD at 10,000 starting cash) and an episode of unparseable replies costs 0.125. Form
+  separates replies of equal trading value; it cannot buy a higher return than trading well.
+  Raise `form_scale` to push format harder (e.g. early in LLM training).
 * `behavior_t` is the archetype's behaviour score change (potential-based), so its sum is the
   episode's behaviour score; with `social-butterfly` (pnl .10, behavior .55) it dominates, with
   `trader` (.55, .10) PnL does.
@@ -164,6 +165,7 @@ class RewardFunction:
     pnl_scale: float
     risk_threshold: float
     risk_penalty: float
+    form_scale: float
     coefficients: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -185,13 +187,15 @@ class RewardFunction:
             pnl_scale=defaults["pnl_scale"] if config.pnl_scale is None else config.pnl_scale,
             risk_threshold=config.risk_threshold,
             risk_penalty=defaults["risk_penalty"] if config.risk_penalty is None else config.risk_penalty,
+            form_scale=config.form_scale,
         )
 
     def _coefficients(self) -> dict[str, float]:
         """Skill: each component's multiplier in the per-step sum. Original: its weight (then normalised)."""
         if self.scheme == "original":
             return dict(self.weights)
-        return {name: w / self.unit / (self.num_ticks if name in _PER_EPISODE else 1)
+        per_episode = self.form_scale / self.num_ticks
+        return {name: w / self.unit * (per_episode if name in _PER_EPISODE else 1.0)
                 for name, w in self.weights.items()}
 
     def components(

@@ -22,10 +22,11 @@ REPLIES = [
 
 
 def _skill_total(comps, row, num_ticks):
-    """The skill scheme's per-step sum written out (composite.py): weights relative to the row's pnl weight."""
+    """The skill scheme's per-step sum written out (composite.py): weights relative to the row's pnl weight,
+    form over the episode length times form_scale (0.25)."""
     unit = row["pnl"]
     return (comps["pnl"] + comps["risk"] + row["behavior"] / unit * comps["behavior"]
-            + (row["format"] * comps["format"] + row["reasoning"] * comps["reasoning"]) / (unit * num_ticks))
+            + 0.25 * (row["format"] * comps["format"] + row["reasoning"] * comps["reasoning"]) / (unit * num_ticks))
 
 
 @pytest.mark.parametrize("scheme", ["skill", "original"])

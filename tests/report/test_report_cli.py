@@ -18,13 +18,14 @@ def test_report_prints_the_table_and_writes_the_files(scripted_run, tmp_path, ca
     assert main(["report", str(scripted_run), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     metrics = analyze_run(load_run(scripted_run)).metrics
-    for label in ("mean final PnL (USD)", "Sharpe", "win rate", "Brier score", "format-valid rate", "latency p95",
+    for label in ("mean final PnL (USD)", "Spearman: episode reward vs PnL",
+                  "Sharpe", "win rate", "Brier score", "format-valid rate", "latency p95",
                   "buy-and-hold", "quality: valid"):
         assert label in text, f"the terminal table lacks {label!r}"
     assert fmt_number(metrics.mean_pnl, "usd") in text
     assert "report.html" in text
     for name in ("report.html", "metrics.json", "equity.png", "components.png", "component_distributions.png",
-                 "judge_vs_pnl.png", "latency.png"):
+                 "reward_vs_pnl.png", "judge_vs_pnl.png", "latency.png"):
         assert (out / name).stat().st_size > 1000, name
 
 

@@ -32,7 +32,8 @@ def _random_reply(rng, view) -> str:
     side = ["YES", "NO"][int(rng.integers(2))]
     actions = [
         {"type": "wait"},
-        {"type": "buy_prediction", "market": m, "outcome": side, "amount": round(float(rng.uniform(1, 0.4 * view.cash + 2)), 2)},
+        {"type": "buy_prediction", "market": m, "outcome": side,
+         "amount": round(float(rng.uniform(1, 0.4 * view.cash + 2)), 2)},
         {"type": "sell_prediction", "market": m, "outcome": side, "shares": round(float(rng.uniform(1, 500)), 2)},
         {"type": "open_perp", "ticker": ticker, "side": ["LONG", "SHORT"][int(rng.integers(2))],
          "size": round(float(rng.uniform(10, 3 * view.cash + 20)), 2), "leverage": int(rng.integers(1, 13))},
@@ -109,15 +110,17 @@ def test_bankruptcy_costs_one_more_and_is_the_worst_return():
         _, reward, terminated, truncated, _ = env.step("junk")
         junk += reward
         done = terminated or truncated
-    assert junk == pytest.approx(-0.5, abs=1e-9) and total < junk - 1.0
+    assert junk == pytest.approx(-0.125, abs=1e-9) and total < junk - 1.0
 
 
 def test_format_is_a_penalty_and_form_is_bounded_per_episode():
     assert format_penalty(1.0) == 0.0 and format_penalty(-1.0) == -1.0 and format_penalty(0.7) == pytest.approx(-0.3)
     fn = RewardFunction.from_config(RLAIFEnvConfig(), None)
-    # Over a whole episode, perfect reasoning is worth .15/.5 = 0.3 and unparseable replies cost .25/.5 = 0.5.
-    assert fn.coefficients["reasoning"] * 168 == pytest.approx(0.3)
-    assert fn.coefficients["format"] * 168 == pytest.approx(0.5)
+    # Over a whole episode, perfect reasoning is worth .25 x .15/.5 = 0.075 and unparseable replies cost .25 x .25/.5.
+    assert fn.coefficients["reasoning"] * 168 == pytest.approx(0.075)
+    assert fn.coefficients["format"] * 168 == pytest.approx(0.125)
+    double = RewardFunction.from_config(RLAIFEnvConfig(form_scale=0.5), None)
+    assert double.coefficients["format"] == pytest.approx(2 * fn.coefficients["format"])
     assert fn.coefficients["pnl"] == 1.0 and fn.coefficients["risk"] == 1.0
     # A clean reply earns nothing for its form.
     env = gym.make("RLAIF-Text-v0").unwrapped

@@ -68,7 +68,7 @@ def test_json_mode_reply_reaches_the_env_as_the_canonical_reply(fake_server):
         assert step.format_errors == [], step.format_errors
         assert step.action.action_type == "buy_prediction"
         assert step.action.parameters["market"] == "market-0"
-        assert step.reward_components["format"] > 0
+        assert step.reward_components["format"] == 0.0  # clean canonical reply: no format penalty
     assert fake_server.chat_requests()[0].body["guided_json"] == reply_json_schema()
 
 
