@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-from itertools import pairwise
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
