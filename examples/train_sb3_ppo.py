@@ -1,6 +1,6 @@
 """Train Stable-Baselines3 PPO on RLAIF-v0 and compare it with the baselines on held-out seeds.
 
-    python examples/train_sb3_ppo.py                    # default world, 1.2M steps (~8 min on one core)
+    python examples/train_sb3_ppo.py                    # default world, 1.2M steps (~4 min on one core)
     python examples/train_sb3_ppo.py --preset easy --gamma 0.95 --total-timesteps 100000   # about a minute
 
 One file, top to bottom (CleanRL style): typed arguments, the vectorised env, PPO with a callback

@@ -106,15 +106,19 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     truth or on future draws (a test perturbs both).
 
     ## Rewards
-    Computed over the whole transition (action, then the world's tick):
+    Computed over the whole transition (action, then the world's tick). The default
+    (`reward_scheme="skill"`) makes the episode return rank traders:
 
-    | component | value | default weight |
+    | component | value per step | coefficient |
     |---|---|---|
-    | `pnl` | clip(pnl_scale x pnl_delta / starting_cash, -1, 1), pnl_scale = 10 | 0.5 |
-    | `risk` | -0.5 when a buy/open leaves exposure > 80% of equity, or leverage above the cap | = pnl weight |
+    | `pnl` | pnl_delta / starting_cash, minus 1 on the step that goes bankrupt (never clipped) | 1 |
+    | `risk` | -0.1 x USD of exposure the action adds above 80% of equity, / starting_cash | 1 |
 
-    reward = clip((w_pnl x pnl + w_risk x risk) / w_pnl, -1, 1). Bankruptcy gives -1. The text face
-    adds `format` and `reasoning` with the same weighting function.
+    reward = pnl + risk, so an episode's return is its PnL / starting cash (exactly: the pnl terms
+    telescope) less the risk charged, and about -2 on bankruptcy. The text face adds `format`
+    (0 for a clean reply, -1 for none) and `reasoning` (in [0, 1]), bounded to 0.125 and 0.075 per
+    episode; an `archetype` adds `behavior`. `env.unwrapped.reward_function` applies the weights;
+    `reward_scheme="original"` gives Babylon's clipped composite instead (README, "Reward").
 
     ## Starting State
     Fresh markets with uninformative opening prices (30-70%), perps near their base prices, NPCs

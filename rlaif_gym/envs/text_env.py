@@ -72,15 +72,21 @@ class RLAIFTextEnv(RLAIFEnv):
     a reply without one executable action is a no-op with `format = -1`; it never raises.
 
     ## Rewards
-    | component | range | default weight |
-    |---|---|---|
-    | `pnl` | [-1, 1] | 0.5 |
-    | `format` | [-1, 1] (rule judge) | 0.25 |
-    | `reasoning` | [0, 1] (rule judge: grounded, consistent, not gamed) | 0.15 |
-    | `risk` | {-0.5, 0} | = pnl weight |
+    The numeric face's `pnl` and `risk`, plus the rule judge's scores of the reply against the prompt
+    it answered (no model or network runs inside `step`):
 
-    reward = clip((0.5 pnl + 0.25 format + 0.15 reasoning + 0.5 risk) / 0.9, -1, 1); the judge scores
-    the reply against the prompt it answered. No model or network runs inside `step`.
+    | component | range | coefficient (default) |
+    |---|---|---|
+    | `pnl` | pnl_delta / starting_cash (-1 more on bankruptcy) | 1 |
+    | `risk` | <= 0, proportional to exposure added above 80% of equity | 1 |
+    | `format` | [-1, 0]: 0 for a clean canonical reply, -1 without an executable action | 0.125 / num_ticks |
+    | `reasoning` | [0, 1]: grounded, consistent, not gamed | 0.075 / num_ticks |
+
+    An episode's return is therefore its PnL / starting cash, less risk, plus at most 0.075 for
+    reasoning and minus at most 0.125 for format: form separates replies of equal trading value but
+    cannot out-earn trading well. `form_scale` sets that budget; `reward_scheme="original"` gives
+    Babylon's composite (+1 format income per clean reply, clipped PnL), whose return does not rank
+    skill.
 
     ## Info
     The numeric face's keys, plus `parsed_action` (the canonical action dict or None),

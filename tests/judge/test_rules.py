@@ -125,3 +125,52 @@ def test_judge_is_deterministic(tick):
     a = _reasoning(tick, tick["honest"])
     b = _reasoning(tick, tick["honest"])
     assert a == b
+
+
+def _hold(tick, think):
+    return RuleJudge().score(parse_reply(f'<think>{think}</think>{{"type": "wait"}}'), tick["view"], tick["prompt"])
+
+
+def test_a_boilerplate_hold_scores_below_a_grounded_trade(tick):
+    """One restated price and "the evidence is mixed, I hold" is not a grounded decision."""
+    m = tick["market"]
+    boilerplate = _hold(tick, f"{m.market_id} trades at {100 * m.yes_price:.1f}¢ YES. The evidence is mixed, "
+                              "so I hold.")
+    honest = _reasoning(tick, tick["honest"])
+    assert boilerplate.reasoning < honest.reasoning - 0.1, (boilerplate.details, honest.details)
+    assert boilerplate.details["facts_evidence"] == 0 and honest.details["facts_evidence"] >= 1
+
+
+def _view_with_news(view, market_id, directions):
+    """The tick's view with its news replaced by one item per direction about `market_id` (no tips)."""
+    from dataclasses import replace
+
+    from rlaif_gym.encoding.view import FeedItem
+
+    sources = ["Reuters-AI", "The Daily Pump", "anonymous rumour"]
+    news = tuple(FeedItem(tick=view.tick, kind="news", subject=market_id, direction=d, source=sources[i])
+                 for i, d in enumerate(directions))
+    return replace(view, news=news, tips=())
+
+
+def test_a_reasoned_hold_on_really_mixed_evidence_stays_fine(tick):
+    m = tick["market"]
+    mixed = _view_with_news(tick["view"], m.market_id, [+1, -1])
+    reply = parse_reply(f"<think>{m.market_id} trades at {100 * m.yes_price:.1f}¢ YES. Reuters-AI expects YES but "
+                        f"The Daily Pump expects NO, so the evidence is mixed and I wait.</think>{{\"type\": \"wait\"}}")
+    verdict = RuleJudge().score(reply, mixed)
+    assert verdict.details["consistency"] == 1.0 and verdict.reasoning >= 0.8, verdict.details
+
+
+def test_calling_one_sided_evidence_mixed_is_half_consistent(tick):
+    """Two sources agree; a hold that cites neither and calls the evidence mixed is not consistent with the tick."""
+    m = tick["market"]
+    one_sided = _view_with_news(tick["view"], m.market_id, [+1, +1])
+    stock = parse_reply(f'<think>{m.market_id} trades at {100 * m.yes_price:.1f}¢ YES. The evidence is mixed, so I '
+                        'hold.</think>{"type": "wait"}')
+    engaged = parse_reply(f"<think>Reuters-AI and The Daily Pump both expect {m.market_id} to resolve YES, but at "
+                          f"{100 * m.yes_price:.1f}¢ it is priced in, so I wait.</think>{{\"type\": \"wait\"}}")
+    judge = RuleJudge()
+    assert judge.score(stock, one_sided).details["consistency"] == 0.5
+    assert judge.score(engaged, one_sided).details["consistency"] == 1.0
+    assert judge.score(stock, one_sided).reasoning < judge.score(engaged, one_sided).reasoning
