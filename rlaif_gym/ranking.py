@@ -75,6 +75,9 @@ class PolicyScore:
         final_pnl: final equity minus starting cash per episode, USD.
         components: per-component sums of the raw components per episode (text: pnl, risk, format,
             reasoning, and behavior with an archetype).
+        coefficients: the reward's per-step coefficient of each component (so coefficient x sum is
+            that component's share of the return).
+        ticks: steps per episode.
     """
 
     name: str
@@ -82,6 +85,16 @@ class PolicyScore:
     episode_return: np.ndarray
     final_pnl: np.ndarray
     components: dict[str, np.ndarray] = field(default_factory=dict)
+    coefficients: dict[str, float] = field(default_factory=dict)
+    ticks: np.ndarray | None = None
+
+    def part(self, *names: str) -> float:
+        """Mean over episodes of the return's share from the named components (coefficient x sum)."""
+        return float(sum(self.coefficients[n] * self.components[n].mean() for n in names if n in self.components))
+
+    def per_tick(self, name: str) -> float:
+        """Mean raw value of a component per tick, over all ticks of all episodes."""
+        return float(self.components[name].sum() / self.ticks.sum())
 
     @property
     def mean_return(self) -> float:
@@ -305,22 +318,25 @@ def play_text(policy: TextPolicy, seeds: Sequence[int], config: RLAIFEnvConfig |
               name: str = "") -> PolicyScore:
     """One `RLAIF-Text-v0` episode per seed with `policy`; returns, PnL and component sums."""
     env = RLAIFTextEnv(RLAIFEnvConfig.from_any(config))
-    returns, pnl, comps = [], [], {}
+    returns, pnl, ticks, comps = [], [], [], {}
     for i, seed in enumerate(seeds):
         prompt, _ = env.reset(seed=int(seed))
         policy.reset(int(seed))
-        total, sums, done = 0.0, {}, False
+        total, sums, done, n = 0.0, {}, False, 0
         while not done:
             prompt, reward, terminated, truncated, info = env.step(policy.reply(prompt, env.view))
             total += reward
+            n += 1
             for k, v in info["reward_components"].items():
                 sums[k] = sums.get(k, 0.0) + v
             done = terminated or truncated
         returns.append(total)
+        ticks.append(n)
         pnl.append(info["equity"] - env.config.starting_cash)
         for k, v in sums.items():
             comps.setdefault(k, np.zeros(len(seeds)))[i] = v
-    return PolicyScore(name, np.asarray(seeds), np.asarray(returns), np.asarray(pnl), comps)
+    return PolicyScore(name, np.asarray(seeds), np.asarray(returns), np.asarray(pnl), comps,
+                       dict(env.reward_function.coefficients), np.asarray(ticks))
 
 
 def _play_named(args: tuple[str, Sequence[int], dict[str, Any]]) -> PolicyScore:
@@ -353,20 +369,32 @@ def text_ranking(seeds: Sequence[int], config: RLAIFEnvConfig | Mapping[str, Any
 
 
 def markdown_table(scores: Mapping[str, PolicyScore], starting_cash: float) -> str:
-    """Rows of mean return ± 2 SE, mean PnL, and the return's trading and form parts (text)."""
-    has_form = any("reasoning" in s.components for s in scores.values())
-    head = "| policy | mean return (± 2 SE) | mean PnL (USD) | PnL / starting cash |"
-    rule = "|---|---:|---:|---:|"
-    if has_form:
-        head += " mean format | mean reasoning |"
-        rule += "---:|---:|"
+    """Mean return ± 2 SE and mean PnL per policy; for the text face, the return's parts and the judge's scores.
+
+    The parts are means over episodes of coefficient x summed component: trading (pnl + risk), form
+    (format + reasoning) and, with an archetype, behavior; they add up to the mean return.
+    """
+    text = any("reasoning" in s.components for s in scores.values())
+    behavior = any("behavior" in s.components for s in scores.values())
+    head = "| policy | mean return (± 2 SE) | mean PnL (USD) |"
+    rule = "|---|---:|---:|"
+    if text:
+        head += " trading part | form part |" + (" behavior part |" if behavior else "")
+        head += " format / tick | reasoning / tick |"
+        rule += "---:|---:|" + ("---:|" if behavior else "") + "---:|---:|"
+    else:
+        head += " PnL / starting cash |"
+        rule += "---:|"
     lines = [head, rule]
     for name, s in scores.items():
-        row = (f"| {name} | {s.mean_return:+.3f} (± {2 * s.se_return:.3f}) | {s.mean_pnl:+,.0f} | "
-               f"{s.mean_pnl / starting_cash:+.3f} |")
-        if has_form:
-            n = {k: v.mean() for k, v in s.components.items()}
-            row += f" {n.get('format', 0.0):+.1f} | {n.get('reasoning', 0.0):.1f} |"
+        row = f"| {name} | {s.mean_return:+.3f} (± {2 * s.se_return:.3f}) | {s.mean_pnl:+,.0f} |"
+        if text:
+            row += f" {s.part('pnl', 'risk'):+.3f} | {s.part('format', 'reasoning'):+.4f} |"
+            if behavior:
+                row += f" {s.part('behavior'):+.3f} |"
+            row += f" {s.per_tick('format'):+.2f} | {s.per_tick('reasoning'):.2f} |"
+        else:
+            row += f" {s.mean_pnl / starting_cash:+.3f} |"
         lines.append(row)
     return "\n".join(lines)
 
