@@ -157,7 +157,8 @@ def test_a_reasoned_hold_on_really_mixed_evidence_stays_fine(tick):
     m = tick["market"]
     mixed = _view_with_news(tick["view"], m.market_id, [+1, -1])
     reply = parse_reply(f"<think>{m.market_id} trades at {100 * m.yes_price:.1f}¢ YES. Reuters-AI expects YES but "
-                        f"The Daily Pump expects NO, so the evidence is mixed and I wait.</think>{{\"type\": \"wait\"}}")
+                        "The Daily Pump expects NO, so the evidence is mixed and I wait.</think>"
+                        '{"type": "wait"}')
     verdict = RuleJudge().score(reply, mixed)
     assert verdict.details["consistency"] == 1.0 and verdict.reasoning >= 0.8, verdict.details
 
