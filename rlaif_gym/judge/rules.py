@@ -242,7 +242,7 @@ class RuleJudge:
         text = reply.reasoning
         words = _words(text)
         if len(words) < 3:
-            return JudgeVerdict(fmt, 0.0, {"words": float(len(words))})
+            return JudgeVerdict(fmt, 0.0, {"format": fmt, "words": float(len(words))})
         correct, wrong = self._facts(text, view)
         evidence = sum(1 for f in correct if f.startswith("source:"))
         cited = evidence + 0.5 * (len(correct) - evidence)
@@ -267,6 +267,7 @@ class RuleJudge:
             fmt,
             reasoning,
             {
+                "format": fmt,
                 "grounding": grounding,
                 "consistency": consistency,
                 "conclusion": conclusion,

@@ -31,8 +31,15 @@ class QualityReport:
 
 
 def _tick_quality(step) -> float:
+    """The original's tick quality from the judge's format score in [-1, 1] (mapped to [0, 1]) and reasoning.
+
+    The format score comes from the judge's breakdown (`step.judge["format"]`), which has the same
+    scale under every reward scheme; trajectories recorded without it fall back on the `format`
+    component (the original scheme's [-1, 1]).
+    """
     comps = step.reward_components
-    fmt = (comps.get("format", -1.0) + 1.0) / 2.0
+    score = step.judge.get("format", comps.get("format", -1.0))
+    fmt = (score + 1.0) / 2.0
     rsn = comps.get("reasoning", 0.0)
     action = 0.0 if step.action is None else (1.0 if step.action.success else 0.25 if step.action.error else 0.5)
     feedback = 1.0 if step.feedback is not None else 0.0
