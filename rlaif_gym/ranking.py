@@ -78,6 +78,8 @@ class PolicyScore:
         coefficients: the reward's per-step coefficient of each component (so coefficient x sum is
             that component's share of the return).
         ticks: steps per episode.
+        scheme: the reward scheme; only the skill scheme's return is a sum of coefficient x
+            component (the original normalises and clips each step), so only it has parts.
     """
 
     name: str
@@ -87,6 +89,7 @@ class PolicyScore:
     components: dict[str, np.ndarray] = field(default_factory=dict)
     coefficients: dict[str, float] = field(default_factory=dict)
     ticks: np.ndarray | None = None
+    scheme: str = "skill"
 
     def part(self, *names: str) -> float:
         """Mean over episodes of the return's share from the named components (coefficient x sum)."""
@@ -336,7 +339,7 @@ def play_text(policy: TextPolicy, seeds: Sequence[int], config: RLAIFEnvConfig |
         for k, v in sums.items():
             comps.setdefault(k, np.zeros(len(seeds)))[i] = v
     return PolicyScore(name, np.asarray(seeds), np.asarray(returns), np.asarray(pnl), comps,
-                       dict(env.reward_function.coefficients), np.asarray(ticks))
+                       dict(env.reward_function.coefficients), np.asarray(ticks), env.reward_function.scheme)
 
 
 def _play_named(args: tuple[str, Sequence[int], dict[str, Any]]) -> PolicyScore:
@@ -371,17 +374,22 @@ def text_ranking(seeds: Sequence[int], config: RLAIFEnvConfig | Mapping[str, Any
 def markdown_table(scores: Mapping[str, PolicyScore], starting_cash: float) -> str:
     """Mean return ± 2 SE and mean PnL per policy; for the text face, the return's parts and the judge's scores.
 
-    The parts are means over episodes of coefficient x summed component: trading (pnl + risk), form
-    (format + reasoning) and, with an archetype, behavior; they add up to the mean return.
+    The parts (skill scheme only) are means over episodes of coefficient x summed component: trading
+    (pnl + risk), form (format + reasoning) and, with an archetype, behavior; they add up to the mean
+    return. Format and reasoning per tick are the raw components (the original's format is +1 for a
+    clean reply, the default's 0).
     """
     text = any("reasoning" in s.components for s in scores.values())
     behavior = any("behavior" in s.components for s in scores.values())
+    parts = all(s.scheme == "skill" for s in scores.values())
     head = "| policy | mean return (± 2 SE) | mean PnL (USD) |"
     rule = "|---|---:|---:|"
     if text:
-        head += " trading part | form part |" + (" behavior part |" if behavior else "")
+        if parts:
+            head += " trading part | form part |" + (" behavior part |" if behavior else "")
+            rule += "---:|---:|" + ("---:|" if behavior else "")
         head += " format / tick | reasoning / tick |"
-        rule += "---:|---:|" + ("---:|" if behavior else "") + "---:|---:|"
+        rule += "---:|---:|"
     else:
         head += " PnL / starting cash |"
         rule += "---:|"
@@ -389,9 +397,10 @@ def markdown_table(scores: Mapping[str, PolicyScore], starting_cash: float) -> s
     for name, s in scores.items():
         row = f"| {name} | {s.mean_return:+.3f} (± {2 * s.se_return:.3f}) | {s.mean_pnl:+,.0f} |"
         if text:
-            row += f" {s.part('pnl', 'risk'):+.3f} | {s.part('format', 'reasoning'):+.4f} |"
-            if behavior:
-                row += f" {s.part('behavior'):+.3f} |"
+            if parts:
+                row += f" {s.part('pnl', 'risk'):+.3f} | {s.part('format', 'reasoning'):+.4f} |"
+                if behavior:
+                    row += f" {s.part('behavior'):+.3f} |"
             row += f" {s.per_tick('format'):+.2f} | {s.per_tick('reasoning'):.2f} |"
         else:
             row += f" {s.mean_pnl / starting_cash:+.3f} |"

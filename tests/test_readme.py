@@ -18,8 +18,9 @@ def test_every_config_field_is_in_the_readme_table():
 
 def test_readme_commands_exist():
     makefile = (ROOT / "Makefile").read_text()
-    for target in ("demo:", "test:", "baselines:"):
+    for target in ("demo:", "test:", "baselines:", "ranking:"):
         assert target in makefile
     assert "make test" in (ROOT / ".ci" / "run").read_text()
-    for path in ("examples/baselines.py", "examples/demo.py", "benchmarks/bench_vector.py", "constraints.txt"):
+    for path in ("examples/baselines.py", "examples/reward_ranking.py", "examples/demo.py",
+                 "benchmarks/bench_vector.py", "constraints.txt"):
         assert (ROOT / path).exists() and path in README
