@@ -28,12 +28,13 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecMonitor
 
 from rlaif_gym import RLAIFEnvConfig
-from rlaif_gym.envs import world_params
+from rlaif_gym.envs import RLAIFCore, evaluate_policy, world_params
 from rlaif_gym.integrations.sb3 import (
     COMPACT_ACTIONS,
     EASY_CONFIG,
     RLAIFMetricsCallback,
     RLAIFSB3VecEnv,
+    SB3BatchPolicy,
     comparison_table,
     discrete_action_table,
     evaluate_against_baselines,
@@ -76,6 +77,9 @@ class Args:
     """Action set: "compact" (Discrete over COMPACT_ACTIONS: 5%-of-equity buys, sell-all, no perps), "all"
     (Discrete over every distinct action) or "multidiscrete" (the env's own MultiDiscrete([6, T, 5, 2]))."""
     eval_episodes: int = 100
+    deterministic: bool = False
+    """Evaluate the argmax of the policy instead of the policy PPO trained (sampled actions, seeded by --seed).
+    Both rows are printed; the sampled policy is the one the table's margins refer to by default."""
     """Held-out seeds (one episode each) per agent."""
     eval_first_seed: int = 1_000_000
     """First held-out seed."""
@@ -95,6 +99,8 @@ def parse_args() -> Args:
         flag = "--" + f.name.replace("_", "-")
         if isinstance(default, list):
             parser.add_argument(flag, type=int, nargs="+", default=default)
+        elif isinstance(default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
         else:
             parser.add_argument(flag, type=kind, default=default)
     return Args(**vars(parser.parse_args()))
@@ -129,14 +135,23 @@ def main() -> None:
           f"({model.num_timesteps / train_s:,.0f} steps/s); logs in {log_dir}/ (progress.csv, TensorBoard)")
 
     # -- evaluation on held-out seeds ---------------------------------------------------------
+    # PPO optimised a stochastic policy; its sampled actions are what it learned (the argmax alone piles
+    # into the most likely action and earns less here), so the margins refer to the sampled policy
+    # unless --deterministic. Sampling is seeded: the table is reproducible.
     seeds = range(args.eval_first_seed, args.eval_first_seed + args.eval_episodes)
-    results = evaluate_against_baselines(model, seeds, config, action_table=table)
+    torch.manual_seed(args.seed)
+    label, other = ("PPO (argmax)", "PPO (sampled)") if args.deterministic else ("PPO (sampled)", "PPO (argmax)")
+    results = evaluate_against_baselines(model, seeds, config, name=label, action_table=table,
+                                         deterministic=args.deterministic)
+    cfg_core = RLAIFCore(config, num_worlds=len(seeds))
+    results[other] = evaluate_policy(SB3BatchPolicy(model, not args.deterministic, table), list(seeds), config,
+                                     core=cfg_core)
     print(f"\nRLAIF-v0 ({args.preset} world), {args.eval_episodes} held-out seeds from {args.eval_first_seed}, "
           f"{config.num_ticks} ticks each, starting cash ${config.starting_cash:,.0f}:\n")
-    print(comparison_table(results, reference="PPO"))
+    print(comparison_table(results, reference=label))
 
-    ppo = results["PPO"].final_pnl
-    summary = {"preset": args.preset, "timesteps": int(model.num_timesteps), "train_seconds": train_s,
+    ppo = results[label].final_pnl
+    summary = {"preset": args.preset, "policy": label, "timesteps": int(model.num_timesteps), "train_seconds": train_s,
                "eval_seeds": [seeds.start, seeds.stop], "mean_pnl": {}, "margin": {}}
     for name, stats in results.items():
         summary["mean_pnl"][name] = float(stats.final_pnl.mean())
@@ -144,9 +159,9 @@ def main() -> None:
         half = 1.96 * float(diff.std(ddof=1)) / math.sqrt(len(diff)) if len(diff) > 1 else 0.0
         summary["margin"][name] = {"mean": float(diff.mean()), "ci95_low": float(diff.mean()) - half,
                                    "ci95_high": float(diff.mean()) + half}
-    for name in ("RandomAgent", "PassiveAgent"):
+    for name in ("InformedAgent", "RandomAgent", "PassiveAgent"):
         m = summary["margin"][name]
-        print(f"PPO margin over {name}: {m['mean']:+,.1f} USD per episode (paired 95% CI "
+        print(f"{label} margin over {name}: {m['mean']:+,.1f} USD per episode (paired 95% CI "
               f"{m['ci95_low']:+,.1f} .. {m['ci95_high']:+,.1f})")
     out = Path(args.summary_json) if args.summary_json else log_dir / "summary.json"
     out.parent.mkdir(parents=True, exist_ok=True)
