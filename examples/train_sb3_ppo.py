@@ -77,10 +77,10 @@ class Args:
     """Action set: "compact" (Discrete over COMPACT_ACTIONS: 5%-of-equity buys, sell-all, no perps), "all"
     (Discrete over every distinct action) or "multidiscrete" (the env's own MultiDiscrete([6, T, 5, 2]))."""
     eval_episodes: int = 100
+    """Held-out seeds (one episode each) per agent."""
     deterministic: bool = False
     """Evaluate the argmax of the policy instead of the policy PPO trained (sampled actions, seeded by --seed).
     Both rows are printed; the sampled policy is the one the table's margins refer to by default."""
-    """Held-out seeds (one episode each) per agent."""
     eval_first_seed: int = 1_000_000
     """First held-out seed."""
     log_dir: str = "runs/sb3_ppo"
