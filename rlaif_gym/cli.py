@@ -14,13 +14,15 @@
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import re
 import sys
+from collections import Counter
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, DependencyNotInstalled, RLAIFError
+from .errors import ConfigError, DependencyNotInstalled, NothingToWriteError, RLAIFError
 
 __all__ = ["main"]
 
@@ -74,14 +76,72 @@ class ExportFormat(str, Enum):
     parquet = "parquet"
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters (ANSI escapes start with \\x1b) other than newline and tab."""
+
+
+def _printable(text: object) -> str:
+    """`text` with every control character shown as an escape (\\x1b, \\x07, ...), never sent to the terminal."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+def _outside(text: object) -> str:
+    """Text that came from outside (a server, a record, a path) made safe for `console.print`: rich markup
+    escaped (``[/red]`` and ``[link=...]`` print as written) and control characters shown as escapes."""
+    from rich.markup import escape
+
+    return escape(_printable(text))
+
+
+def _require_openai(what: str) -> None:
+    """Fail before anything starts when the `[openai]` extra is missing (else every call would fail)."""
+    try:
+        import openai  # noqa: F401
+    except ImportError:
+        raise DependencyNotInstalled(f'{what} needs the openai package: pip install "rlaif-gym[openai]"') from None
+
+
 def _judge_client(base_url: str | None, model: str | None, timeout: float, max_retries: int):
     """An OpenAI-compatible client for the LLM judge (the key comes from $OPENAI_API_KEY, never recorded)."""
     from .llm import OpenAIChatClient
 
+    _require_openai("the LLM judge")
     try:
         return OpenAIChatClient(model, base_url, timeout=timeout, max_retries=max_retries)
     except ValueError as exc:
         raise ConfigError(f"the LLM judge needs a model: {exc} (for rollout: --judge-model, or --model)") from None
+
+
+def _failed_note(trajs) -> str:
+    """'k of n trajectories failed (first error: ...)', or '' when none failed."""
+    failed = [t for t in trajs if t.final_status == "failed"]
+    if not failed:
+        return ""
+    first = next((t.errors[0] for t in failed if t.errors), "")
+    return f"{len(failed)} of {len(trajs)} trajectories failed" + (f" (first error: {first})" if first else "")
+
+
+def _why_empty(kind: str, trajs, judged: bool) -> str:
+    """Why an export of `trajs` (or a judge batch) holds no record, in words, with the fix."""
+    note = _failed_note(trajs)
+    if note and all(t.final_status == "failed" for t in trajs):
+        return f"{note}; fix the cause and play them again with rollout --resume --retry-failed"
+    largest = max(Counter(t.group_id for t in trajs if t.group_id is not None).values(), default=0)
+    tail = f" ({note})" if note else ""
+    if kind in ("dpo", "grpo", "listwise", "pairwise") and largest < 2:
+        what = {"dpo": "DPO pairs compare replies to the same prompt", "grpo": "GRPO groups compare trajectories",
+                "listwise": "listwise judging ranks trajectories", "pairwise": "pairwise judging compares "
+                "trajectories"}[kind]
+        return (f"{what} within a group (one env seed), and every group of this run holds one trajectory; collect "
+                f"with rollout --group-size 2 or more{' (and a temperature > 0)' if kind == 'dpo' else ''}"
+                f"{', or judge with --mode absolute' if kind in ('listwise', 'pairwise') else ''}{tail}")
+    if kind == "dpo":
+        return f"no two replies to an identical prompt within a group differ in reward{tail}"
+    if kind == "grpo" and judged:
+        return f"no group has 2 or more trajectories with a judge score (unscored ones are left out){tail}"
+    if kind == "sft":
+        return f"no step has a successful policy reply (or none passed --min-reward){tail}"
+    return f"no record qualified{tail}"
 
 
 def _print_judge(console, result) -> None:
@@ -93,9 +153,15 @@ def _print_judge(console, result) -> None:
     console.print(f"judged {len(result.batch.judgements)} trajectories ({result.batch.mode}): {len(scores)} scored"
                   f"{mean}, {result.health['missing']} missing; {result.health['groups_zero_variance']} zero-variance "
                   f"group(s) flagged and left out of the GRPO export", soft_wrap=True)
-    console.print(format_health(result.health), highlight=False, markup=False, soft_wrap=True)
+    console.print(_printable(format_health(result.health)), highlight=False, markup=False, soft_wrap=True)
     for name, path in result.files.items():
-        console.print(f"{name}: {path}", highlight=False, markup=False, soft_wrap=True)
+        console.print(_printable(f"{name}: {path}"), highlight=False, markup=False, soft_wrap=True)
+    if not scores:  # every file above is empty of scores: say so and why, and fail the command
+        mode = result.batch.mode
+        reason = (_why_empty(mode, result.trajectories, True) if mode in ("listwise", "pairwise") else "")
+        if not reason or reason.startswith("no record"):
+            reason = "every verdict is missing (see the health table above and verdicts.*.jsonl)"
+        raise NothingToWriteError(f"the {mode} judge scored nothing: {reason}")
 
 
 def _parse_overrides(items: list[str]) -> dict[str, Any]:
@@ -132,7 +198,7 @@ def _summary_table(summary, out: Path | None):
     if out is not None:
         rows.append(("output", str(out)))
     for name, value in rows:
-        table.add_row(name, str(value))
+        table.add_row(name, _outside(value))
     return table
 
 
@@ -194,12 +260,21 @@ def _build_app():
 
         if constrain is not None and agent is AgentKind.scripted:
             raise ConfigError("--constrain applies to a model server (--agent openai), not the scripted agent")
+        if seed < 0:  # env seeds are seed, seed+1, ...: a negative one fails every episode at reset
+            raise ConfigError(f"--seed must be >= 0 (env seeds are seed, seed+1, ...), got {seed}")
+        if agent is AgentKind.openai:  # refuse now what would fail every episode later
+            if not (base_url or os.environ.get("OPENAI_BASE_URL")):
+                raise ConfigError("--agent openai needs --base-url (or $OPENAI_BASE_URL), e.g. "
+                                  "http://127.0.0.1:8000/v1; without one, requests would go to the public OpenAI API")
+            if not (model or os.environ.get("RLAIF_MODEL") or os.environ.get("OPENAI_MODEL")):
+                raise ConfigError("--agent openai needs --model (or $RLAIF_MODEL), the model name on the server")
+            _require_openai("--agent openai")
         if overwrite and out.exists():
             if resume:
                 raise ConfigError("--overwrite and --resume contradict each other; pick one")
-            if not (out / "run.json").exists() and any(out.iterdir()):
-                raise ConfigError(f"{out} is not an rlaif-gym run directory (no run.json); refusing to delete it")
-            shutil.rmtree(out)
+            from .storage.run_dir import clear_run
+
+            clear_run(out)  # only what a run wrote, after checking run.json is ours
         if agent is AgentKind.scripted:
             policy = ScriptedLLMAgent(temperature=temperature)
         else:
@@ -243,16 +318,23 @@ def _build_app():
 
             write_parquet(out / "trajectories.parquet", list(store.read()))
         console.print(_summary_table(summary, out))
-        for err in summary.errors[:10]:
-            console.print(f"[red]error[/red] {err}")
+        for err in summary.errors[:10]:  # server text: printed as written, never as markup or escapes
+            console.print(f"[red]error[/red] {_outside(err)}", highlight=False, soft_wrap=True)
         if summary.failed:
-            console.print(f"{summary.failed} trajectories failed (recorded with their errors); once the cause is "
-                          "fixed, the same command with --resume --retry-failed plays them again", highlight=False)
+            played = summary.planned - summary.skipped_existing
+            url = policy.describe().get("base_url") if agent is AgentKind.openai else None
+            first = f"; first error: {summary.errors[0]}" if summary.errors else ""
+            where = f"; the policy server tried was {url}" if url else ""
+            console.print(_outside(f"{summary.failed} of {played} episodes failed{first}{where}. They are recorded "
+                                   "with their errors; once the cause is fixed, the same command with --resume "
+                                   "--retry-failed plays them again"), highlight=False, soft_wrap=True)
         if judge_client is not None:  # a post-pass over the stored run; rescore: judge only what the tape lacks
             from .llm_judge import JudgeConfig, judge_run
 
             _print_judge(console, judge_run(out, client=judge_client, config=JudgeConfig(mode=judge_mode.value),
                                             tape_mode="rescore"))
+        if summary.failed:
+            raise typer.Exit(1)
 
     @app.command("serve-local")
     def serve_local(
@@ -277,7 +359,7 @@ def _build_app():
                       env_config=_parse_overrides(set_), log=lambda line: console.print(line, highlight=False))
         console.print(_summary_table(summary, out))
         for err in summary.errors[:10]:
-            console.print(f"[red]error[/red] {err}")
+            console.print(f"[red]error[/red] {_outside(err)}", highlight=False, soft_wrap=True)
 
     @app.command()
     def report(
@@ -291,7 +373,6 @@ def _build_app():
         plots: bool = typer.Option(True, help="write the PNG plots and report.html (needs the plots extra)"),
     ):
         """Metrics of a run (or two side by side): a summary table here, PNG plots and one HTML page on disk."""
-        from rich.markup import escape
         from rich.table import Table
 
         from .report import analyze_run, load_run, summary_rows, write_report
@@ -304,12 +385,12 @@ def _build_app():
         runs = [analyze_run(load_run(d), name=n, directory=d, baselines=baselines)
                 for d, n in zip(dirs, names, strict=True)]
         for d, r in zip(dirs, runs, strict=True):
-            console.print(escape(f"{r.name}: {d} ({len(r.trajectories)} trajectories)"), highlight=False,
+            console.print(_outside(f"{r.name}: {d} ({len(r.trajectories)} trajectories)"), highlight=False,
                           soft_wrap=True)
         table = Table(title="rlaif-gym report")
         table.add_column("metric")
         for r in runs:
-            table.add_column(escape(r.name), justify="right")
+            table.add_column(_outside(r.name), justify="right")
         if len(runs) == 2:
             table.add_column("B - A", justify="right")
         group = None
@@ -319,7 +400,7 @@ def _build_app():
                 table.add_section()
                 table.add_row(f"[bold]{group}[/bold]", *([""] * (len(runs) + (len(runs) == 2))))
             # Labels and values may carry trajectory text (statuses, component names): never rich markup.
-            table.add_row(escape(row.label), *map(escape, row.values), *([row.delta] if len(runs) == 2 else []))
+            table.add_row(_outside(row.label), *map(_outside, row.values), *([row.delta] if len(runs) == 2 else []))
         qualities = [summarize_quality([t.quality for t in r.trajectories]) for r in runs]
         table.add_section()
         table.add_row("[bold]Quality (BABYLON.md §6.4)[/bold]", *([""] * (len(runs) + (len(runs) == 2))))
@@ -329,17 +410,17 @@ def _build_app():
         kinds = sorted({kind for q in qualities for kind, _ in q["top_issues"]})
         for kind in kinds:
             counts = [dict(q["top_issues"]).get(kind, 0) for q in qualities]
-            table.add_row(escape(f"issue: {kind}"), *(str(c) for c in counts), *extra)
+            table.add_row(_outside(f"issue: {kind}"), *(str(c) for c in counts), *extra)
         console.print(table)
         for health in sorted(p for d in dirs for p in (d / "judge").glob("health.*.json")):  # rlaif-gym judge's
             from .llm_judge import format_health
 
-            console.print(f"{health}:\n{format_health(json.loads(health.read_text()))}", highlight=False,
+            console.print(_printable(f"{health}:\n{format_health(json.loads(health.read_text()))}"), highlight=False,
                           markup=False, soft_wrap=True)
         for r in runs:
             for note in (*r.metrics.ledger_notes, r.baseline_note):
                 if note:
-                    console.print(f"[yellow]note[/yellow] {escape(r.name)}: {escape(note)}", highlight=False,
+                    console.print(f"[yellow]note[/yellow] {_outside(r.name)}: {_outside(note)}", highlight=False,
                                   soft_wrap=True)
         if not plots:
             return
@@ -347,10 +428,10 @@ def _build_app():
         try:
             files = write_report(runs, target)
         except DependencyNotInstalled as exc:
-            console.print(f"[yellow]no plots or report.html[/yellow]: {escape(str(exc))}", highlight=False,
+            console.print(f"[yellow]no plots or report.html[/yellow]: {_outside(str(exc))}", highlight=False,
                           soft_wrap=True)
             return
-        console.print(escape(f"wrote {len(files.plots)} plots, {files.html.name} and {files.metrics.name} to "
+        console.print(_outside(f"wrote {len(files.plots)} plots, {files.html.name} and {files.metrics.name} to "
                              f"{files.directory} (open {files.html})"), highlight=False, soft_wrap=True)
 
     @app.command()
@@ -404,20 +485,28 @@ def _build_app():
     ):
         """Export trajectories to the formats trainers read."""
         from .report import load_run
-        from .storage import write_export, write_parquet
+        from .storage import EXPORT_KINDS, write_export, write_parquet
 
         trajs = load_run(directory)
         if judge_scores is not None and format is not ExportFormat.grpo:
             raise ConfigError("--judge-scores applies to --format grpo only")
         if format is ExportFormat.parquet:
             write_parquet(output, trajs)
-        elif judge_scores is not None:
-            from .llm_judge import read_judge_scores
-
-            write_export("grpo", trajs, output, judge_scores=read_judge_scores(judge_scores))
+            written = len(trajs)
         else:
-            write_export(format.value, trajs, output)
-        console.print(f"wrote {format.value} export of {len(trajs)} trajectories to {output}")
+            options: dict[str, Any] = {}
+            if judge_scores is not None:
+                from .llm_judge import read_judge_scores
+
+                options["judge_scores"] = read_judge_scores(judge_scores)
+            if not EXPORT_KINDS[format.value](trajs, **options):  # say so, and leave `output` as it was
+                raise NothingToWriteError(f"{format.value} export of the {len(trajs)} trajectories in {directory}: "
+                                          f"nothing to write, so {output} was not written: "
+                                          f"{_why_empty(format.value, trajs, judge_scores is not None)}")
+            written = write_export(format.value, trajs, output, **options)
+        unit = {"sft": "records", "dpo": "pairs", "grpo": "groups", "db": "rows", "parquet": "rows"}[format.value]
+        console.print(_outside(f"wrote {written} {format.value} {unit} from {len(trajs)} trajectories to {output}"),
+                      highlight=False, soft_wrap=True)
 
     @app.command()
     def bench(
@@ -482,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         # Standalone mode: typer prints usage errors itself and exits with their code.
         app(args=argv, standalone_mode=True)
     except RLAIFError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_printable(exc)}", file=sys.stderr)  # may quote server text: no raw escapes
         return 2
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -19,23 +19,28 @@ __all__ = ["REWARD_COMPONENTS", "RLAIFEnvConfig"]
 
 REWARD_COMPONENTS = ("pnl", "format", "reasoning", "behavior", "risk")
 
+_MAX_USD = 1e12
+"""Largest amount of money a config may set (USD): far above any use, far below float overflow."""
+_MAX_SCALE = 1e6
+"""Largest reward scale or price a config may set (pnl_scale, form_scale, risk_*)."""
+
 
 class RLAIFEnvConfig(BaseModel):
     """Configuration of `RLAIFEnv`. Money in simulated USD, time in ticks (one simulated hour)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     # --- world
     num_ticks: int = Field(168, ge=1, description="Episode length in ticks; the env truncates here.")
-    starting_cash: float = Field(10_000.0, gt=0, description="Agent cash at reset, USD.")
+    starting_cash: float = Field(10_000.0, gt=0, le=_MAX_USD, description="Agent cash at reset, USD.")
     num_markets: int = Field(4, ge=1, le=16, description="Prediction markets open at once.")
     num_perps: int = Field(3, ge=1, le=5, description="Perpetual-futures tickers.")
     num_npcs: int = Field(8, ge=1, le=64, description="NPC traders and posters.")
     num_groups: int = Field(3, ge=1, le=3, description="Group chats the agent may join.")
-    market_liquidity: float = Field(5_000.0, gt=0, description="CPMM pool depth per side at 50%, shares.")
+    market_liquidity: float = Field(5_000.0, gt=0, le=_MAX_USD, description="CPMM pool depth per side at 50%, shares.")
     fee_rate: float = Field(0.001, ge=0, lt=0.1, description="Fee on trades and perp notional (fraction).")
-    min_fee: float = Field(0.01, ge=0, description="Minimum fee per agent trade, USD.")
-    min_order: float = Field(1.0, gt=0, description="Smallest agent order, USD or shares.")
+    min_fee: float = Field(0.01, ge=0, le=_MAX_USD, description="Minimum fee per agent trade, USD.")
+    min_order: float = Field(1.0, gt=0, le=_MAX_USD, description="Smallest agent order, USD or shares.")
     market_duration_min: int = Field(24, ge=1, description="Shortest market life, ticks.")
     market_duration_max: int = Field(72, ge=1, description="Longest market life, ticks.")
     max_leverage: float = Field(10.0, ge=1, le=100, description="Perp leverage cap.")
@@ -45,7 +50,7 @@ class RLAIFEnvConfig(BaseModel):
     post_rate: float = Field(0.7, ge=0, le=1, description="Probability of an NPC post per tick.")
     tip_rate: float = Field(0.1, ge=0, le=1, description="Probability of a tip per group chat per tick.")
     npc_trade_rate: float = Field(0.5, ge=0, le=1, description="Probability that each NPC trades per tick.")
-    npc_starting_cash: float = Field(5_000.0, ge=0, description="Each NPC's cash at reset, USD.")
+    npc_starting_cash: float = Field(5_000.0, ge=0, le=_MAX_USD, description="Each NPC's cash at reset, USD.")
     narrative_rate: float = Field(0.06, ge=0, le=1, description="Per-tick chance a hidden perp narrative starts.")
 
     # --- reward
@@ -56,19 +61,20 @@ class RLAIFEnvConfig(BaseModel):
         "return does not rank skill.",
     )
     pnl_scale: float | None = Field(
-        None, gt=0,
+        None, gt=0, le=_MAX_SCALE,
         description="Multiplier of pnl_delta / starting_cash in the pnl component; None: 1 (skill) or 10 (original, "
         "then clipped to [-1, 1] per step).",
     )
     form_scale: float = Field(
-        0.25, ge=0,
+        0.25, ge=0, le=_MAX_SCALE,
         description="Skill scheme: weight of a whole episode's format and reasoning, relative to their row weights. "
         "Per tick they get w / (w_pnl x num_ticks) x form_scale: with the default row an episode of perfect reasoning "
         "is worth 0.075 (750 USD at 10,000 starting cash) and one of unparseable replies costs 0.125.",
     )
-    risk_threshold: float = Field(0.8, gt=0, description="Exposure / equity above which adding exposure is risky.")
+    risk_threshold: float = Field(0.8, gt=0, le=_MAX_SCALE,
+                                  description="Exposure / equity above which adding exposure is risky.")
     risk_penalty: float | None = Field(
-        None, ge=0,
+        None, ge=0, le=_MAX_SCALE,
         description="Risk price; None: skill charges 0.1 x the USD of exposure an action adds above the threshold "
         "(over starting cash), original a flat 0.5 per risky action.",
     )

@@ -11,7 +11,9 @@ __all__ = [
     "InvalidActionError",
     "JudgeBudgetExceeded",
     "MissingTapeError",
+    "NothingToWriteError",
     "RLAIFError",
+    "RecordError",
     "ResetNeeded",
     "VerdictParseError",
 ]
@@ -98,3 +100,24 @@ class JudgeBudgetExceeded(RLAIFError, RuntimeError):
             f"(last: {last_error[:300]}). Fix the judge server or raise failure_budget; answered verdicts are on "
             "the tape, so rerun with tape mode 'rescore' to ask only for the rest"
         )
+
+
+class RecordError(RLAIFError, ValueError):
+    """A stored trajectory record holds a value the readers cannot use (raised when a run is loaded).
+
+    Attributes:
+        source: the file (or run directory) the record came from.
+        trajectory_id: the record's trajectory id (or "?" when it has none).
+        field: where in the record, as written in the file (e.g. ``steps[2].reward``, ``seed``).
+    """
+
+    def __init__(self, source: str, trajectory_id: str, field: str, problem: str, fix: str) -> None:
+        self.source, self.trajectory_id, self.field = source, trajectory_id, field
+        super().__init__(f"{source}: trajectory {trajectory_id!r}, field {field}: {problem}. {fix}")
+
+
+class NothingToWriteError(RLAIFError, ValueError):
+    """A command would write an empty result (no export records, no judge scores); the message says why.
+
+    Nothing is written, so an earlier file of the same name is left as it was.
+    """

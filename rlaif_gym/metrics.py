@@ -450,7 +450,8 @@ def judge_score(traj: Trajectory) -> tuple[float, str]:
     among "llm_absolute", "llm_listwise", "llm_pairwise" (dicts with a "score"; a missing score is
     skipped), "score", "absolute", "ruler", "listwise", "bradley_terry", "pairwise", then any other
     numeric entry in name order. Otherwise the rule judge's per-step `reasoning` component averaged
-    over the episode (in [0, 1]). NaN with neither.
+    over the episode (in [0, 1]). NaN with neither. `run_metrics` never mixes the two: in a run where
+    any trajectory holds a `judge_scores` entry, an episode without one counts as unscored.
     """
     numeric: dict[str, float] = {}
     for k, v in traj.judge_scores.items():
@@ -613,6 +614,9 @@ class RunMetrics:
     ledger_episodes: int = 0
     reward_pnl_correlation: float = math.nan
     """Spearman between episode reward (sum over ticks) and final PnL: near 1 when the return ranks trading."""
+    judge_scored: int = 0
+    """Episodes with a score from `judge_source`: in a run judged by an LLM, those with a verdict (the others are
+    left out of `judge_score` and `judge_pnl_correlation`, never filled in by the rule judge)."""
     ledger_notes: list[str] = field(default_factory=list)
     episodes_detail: list[EpisodeMetrics] = field(default_factory=list)
 
@@ -642,8 +646,12 @@ def run_metrics(trajs: Sequence[Trajectory], ledgers: Mapping[str, EpisodeLedger
         statuses[t.final_status] = statuses.get(t.final_status, 0) + 1
     pnl = np.array([m.pnl for m in eps]) if eps else np.zeros(0)
     valid_ticks = [v for t in trajs for v in _tick_flags(t)]
+    if any(t.judge_scores for t in trajs):  # judged by a trajectory-level (LLM) judge: one judge only
+        for m in eps:
+            if not m.judge_source.startswith("judge_scores."):  # no verdict: left out, not the rule judge's
+                m.judge_score, m.judge_source = math.nan, "none"
     judges = [m.judge_score for m in eps]
-    sources = sorted({m.judge_source for m in eps})
+    sources = sorted({m.judge_source for m in eps if m.judge_source != "none"})
     rm = RunMetrics(
         name=name, episodes=len(eps), statuses=dict(sorted(statuses.items())), ticks=sum(m.ticks for m in eps),
         mean_ticks=_mean(m.ticks for m in eps), mean_pnl=_mean(pnl), median_pnl=float(np.median(pnl)) if len(pnl)
@@ -659,6 +667,7 @@ def run_metrics(trajs: Sequence[Trajectory], ledgers: Mapping[str, EpisodeLedger
         judge_source=", ".join(sources) if sources else "none",
         judge_pnl_correlation=rank_correlation(judges, [m.pnl for m in eps]),
         reward_pnl_correlation=rank_correlation([m.total_reward for m in eps], [m.pnl for m in eps]),
+        judge_scored=sum(1 for j in judges if math.isfinite(j)),
         components=component_stats(trajs), calls=call_stats(trajs), episodes_detail=eps,
         ledger_notes=sorted({n for n in notes.values() if n}),
     )

@@ -39,6 +39,8 @@ __all__ = [
     "Trajectory",
     "TrajectoryStep",
     "sim_timestamp_ms",
+    "storable_text",
+    "storable_value",
 ]
 
 SCHEMA_VERSION = 1
@@ -261,3 +263,39 @@ class Trajectory(_Record):
 def utc_now() -> datetime:
     """Wall-clock time for run bookkeeping (start/end of collection), never for simulated ids."""
     return datetime.now(timezone.utc)
+
+
+def storable_text(text: str) -> tuple[str, int]:
+    """`text` as UTF-8 can store it, and how many code points had to be replaced.
+
+    Text from a server (a reply, its reasoning, an error, a verdict) can hold lone surrogates
+    (``\\ud800``, which JSON allows as an escape) that no UTF-8 file, database or Parquet column can
+    hold. Each is replaced by U+FFFD; a valid surrogate pair is joined into its character. Callers
+    record the count next to the text (e.g. `LLMCall`'s ``textRepairs``).
+    """
+    try:
+        text.encode("utf-8")
+        return text, 0
+    except UnicodeEncodeError:
+        pass
+    fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return fixed, fixed.count("\ufffd") - text.count("\ufffd")
+
+
+def storable_value(value: Any) -> tuple[Any, int]:
+    """`storable_text` applied to every string (keys included) of decoded JSON; returns (value, count)."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        out, total = {}, 0
+        for k, v in value.items():
+            k2, n = storable_value(k)
+            v2, m = storable_value(v)
+            out[k2] = v2
+            total += n + m
+        return (out, total) if total else (value, 0)
+    if isinstance(value, list):
+        pairs = [storable_value(v) for v in value]
+        total = sum(n for _, n in pairs)
+        return ([v for v, _ in pairs], total) if total else (value, 0)
+    return value, 0

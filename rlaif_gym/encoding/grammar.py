@@ -33,6 +33,7 @@ from ..sim import ACTION_TYPES, normalize_action
 # The field sets normalize_action checks, per canonical type (required, optional, numeric). They are
 # private to the sim; reading them here (instead of copying them) is what keeps the grammar in step.
 from ..sim.actions import _NUMERIC, _OPTIONAL, _REQUIRED
+from ..trajectory import storable_value
 
 __all__ = [
     "CONSTRAIN_MODES",
@@ -261,6 +262,7 @@ def canonical_reply_from_json(text: str) -> str:
         obj = json.loads(text, strict=False)
     except (json.JSONDecodeError, TypeError, ValueError):
         return text
+    obj = storable_value(obj)[0]  # a "\\ud800" escape decodes to a lone surrogate no file can hold: U+FFFD
     if not (isinstance(obj, dict) and isinstance(obj.get("reasoning"), str) and isinstance(obj.get("action"), dict)):
         return text
     reasoning = _TAG.sub(r"‹\1", obj["reasoning"])  # a think tag inside the reasoning must not open a block

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidActionError
 from ..sim import Action, normalize_action
+from ..trajectory import storable_value
 
 __all__ = ["MAX_REPLY_CHARS", "ParsedReply", "parse_reply"]
 
@@ -82,7 +83,8 @@ def _json_spans(text: str) -> list[tuple[int, int, dict]]:
             pos = i + 1
             continue
         if isinstance(obj, dict):
-            found.append((i, end, obj))
+            # A "\\ud800" escape in the reply decodes to a lone surrogate no file can hold: U+FFFD.
+            found.append((i, end, storable_value(obj)[0]))
         pos = end
     return found
 

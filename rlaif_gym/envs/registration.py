@@ -14,13 +14,15 @@ def register_envs() -> None:
             id="RLAIF-v0",
             entry_point="rlaif_gym.envs.rlaif_env:RLAIFEnv",
             vector_entry_point="rlaif_gym.envs.vector_env:RLAIFVectorEnv",
-            max_episode_steps=168,  # the default num_ticks; the env also truncates itself at its num_ticks
+            # No registry cap: the env truncates itself at its config's num_ticks, so the limit follows the config
+            # (gym.make, make_vec in every mode, the collector). An explicit max_episode_steps still adds TimeLimit.
+            max_episode_steps=None,
             nondeterministic=False,
         )
     if "RLAIF-Text-v0" not in gym.registry:
         gym.register(
             id="RLAIF-Text-v0",
             entry_point="rlaif_gym.envs.text_env:RLAIFTextEnv",
-            max_episode_steps=168,
+            max_episode_steps=None,  # as above: the env truncates itself at num_ticks
             nondeterministic=False,  # the rule judge is deterministic; LLM judges run in the collector
         )

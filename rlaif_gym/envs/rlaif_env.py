@@ -126,7 +126,8 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
 
     ## Episode End
     * Termination: bankruptcy, equity below one minimum fee (0.01 USD), reward -1.
-    * Truncation: `num_ticks` ticks (168 by default); the env flags it and `TimeLimit` backs it up.
+    * Truncation: `num_ticks` ticks (168 by default); the env flags it itself, so the limit follows the
+      config (the registry sets no `max_episode_steps`; pass one to `gym.make` to cut episodes shorter).
 
     ## Info
     `reward_components` (dict of floats), `pnl_delta`, `equity`, `cash` (USD), `feedback`
@@ -345,7 +346,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
             arr = np.asarray(action)
             ints = arr.astype(np.int64)
             integral = arr.dtype.kind in "iub" or bool(np.all(ints == arr))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond int64
             raise InvalidActionError(f"action must be 4 integers [kind, target, size, side], got {action!r}") from None
         nvec = self.action_space.nvec
         if ints.shape != nvec.shape or not integral or np.any(ints < 0) or np.any(ints >= nvec):

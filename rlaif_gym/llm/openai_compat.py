@@ -4,8 +4,14 @@ Built on the official `openai` package (the `[openai]` extra, imported when the 
 made, so constructing a client needs neither the package nor a connection). The base URL, model
 and key come from the arguments or from `OPENAI_BASE_URL`, `RLAIF_MODEL` / `OPENAI_MODEL` and
 `OPENAI_API_KEY`; local servers accept any key, so a missing key becomes "EMPTY". The key is held
-only by the HTTP client: `describe()` and every record omit it, and credentials embedded in the base
-URL are stripped before it is recorded.
+only by the HTTP client: `describe()` and every record omit it. Credentials embedded in the base URL
+(``http://user:pass@host/v1``) are stripped, with a warning, before the HTTP client sees the URL:
+httpx would otherwise send them as HTTP Basic auth instead of the key, and a server that echoes its
+headers would hand base64(user:pass) back into every record.
+
+Servers echo what they receive. Every text that comes back, errors and successful replies (the
+content and the reasoning) alike, has each known secret masked as ``***`` (`_redact`): the key, the
+URL password and user:password pair, plain and in base64 (standard and URL-safe).
 
 Retries: timeouts, connection errors, 429 and 5xx are retried with exponential backoff and jitter
 (drawn from a seeded generator); 4xx errors are not. A server that rejects the `logprobs` option is
@@ -15,10 +21,12 @@ asked again without it, and remembered.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
+import warnings
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
 
@@ -37,6 +45,34 @@ def redact_url(url: str | None) -> str | None:
     if parts.port:
         host += f":{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _strip_credentials(url: str | None) -> tuple[str | None, list[str]]:
+    """(the URL without its user:password part, query and fragment kept; the secrets it held)."""
+    if not url:
+        return url, []
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, []
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    secrets = [v for v in {userinfo, unquote(userinfo), password, unquote(password),
+                           f"{unquote(user)}:{unquote(password)}"} if v and len(v) >= 4]
+    return urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment)), secrets
+
+
+def _secret_forms(secret: str) -> set[str]:
+    """The forms in which a server may echo `secret`: plain, and base64 (standard and URL-safe, padded or
+    not, and the prefix that stays the same when more text follows, as in a Basic-auth pair)."""
+    raw = secret.encode("utf-8")
+    forms = {secret}
+    for chunk in (raw, raw[: len(raw) - len(raw) % 3]):
+        if len(chunk) < 3:
+            continue
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            encoded = encode(chunk).decode("ascii")
+            forms |= {encoded, encoded.rstrip("=")}
+    return {f for f in forms if len(f) >= 4}
 
 
 class OpenAIChatClient:
@@ -59,8 +95,14 @@ class OpenAIChatClient:
         self.model = model or os.environ.get("RLAIF_MODEL") or os.environ.get("OPENAI_MODEL") or ""
         if not self.model:
             raise ValueError("OpenAIChatClient needs a model name: pass model=... or set RLAIF_MODEL")
-        self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        self.base_url, url_secrets = _strip_credentials(base_url or os.environ.get("OPENAI_BASE_URL") or None)
+        if url_secrets:
+            warnings.warn(f"credentials in the base URL were removed: requests go to {self.base_url} and are "
+                          "authenticated with the API key only (pass it as api_key or OPENAI_API_KEY)",
+                          UserWarning, stacklevel=2)
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        secrets = [*url_secrets, *([self._api_key] if len(self._api_key) >= 4 and self._api_key != "EMPTY" else [])]
+        self._secret_forms = sorted({f for secret in secrets for f in _secret_forms(secret)}, key=len, reverse=True)
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.extra_body = dict(extra_body or {})
         self._rng = np.random.default_rng(jitter_seed)
@@ -143,12 +185,16 @@ class OpenAIChatClient:
             delay = self.backoff * (2 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
             await asyncio.sleep(delay)
 
+    def _redact(self, text: str) -> str:
+        """`text` with every form of this client's secrets masked as ``***`` (servers echo them)."""
+        for form in self._secret_forms:
+            if form in text:
+                text = text.replace(form, "***")
+        return text
+
     def _message(self, exc: Exception) -> str:
-        """The error text, cut to 500 characters, with this client's key masked (servers echo it)."""
-        text = str(exc) or type(exc).__name__
-        if self._api_key and len(self._api_key) >= 4:
-            text = text.replace(self._api_key, "***")
-        return text[:500]
+        """The error text, cut to 500 characters, with this client's secrets masked."""
+        return self._redact(str(exc) or type(exc).__name__)[:500]
 
     def _completion(self, response: Any, attempts: int) -> Completion:
         """Normalise a response; any malformed part raises ValueError, which the caller retries."""
@@ -178,8 +224,11 @@ class OpenAIChatClient:
         prompt_ids = prompt_ids if isinstance(prompt_ids, list) else None
         reasoning = getattr(message, "reasoning_content", None) or (getattr(message, "model_extra", None) or {}).get(
             "reasoning_content")
+        if isinstance(reasoning, str):
+            reasoning = self._redact(reasoning)
         return Completion(
-            text=text, model=getattr(response, "model", None) or self.model, finish_reason=choice.finish_reason,
+            text=self._redact(text), model=getattr(response, "model", None) or self.model,
+            finish_reason=choice.finish_reason,
             prompt_tokens=getattr(usage, "prompt_tokens", None), completion_tokens=getattr(usage, "completion_tokens",
                                                                                            None),
             total_tokens=getattr(usage, "total_tokens", None), prompt_token_ids=prompt_ids,

@@ -4,14 +4,19 @@ One `LLMCall` record per call, success or error, with the messages, the sampling
 included), latency, usage, token ids and logprobs when the server returned them, and the error.
 A failed call is recorded and then re-raised as `LLMError`, so the caller decides what a failure
 means for its episode; nothing here turns a failure into a reply or a reward.
+
+This is the boundary where server text enters: the reply, its reasoning and the error message are
+made storable here (`storable_text`: a lone surrogate becomes U+FFFD), for the caller as well as the
+record, and the record says so (``textRepairs``: field -> code points replaced; absent when none).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
-from ..trajectory import LLMCall, LLMCallError
+from ..trajectory import LLMCall, LLMCallError, storable_text
 from .types import ChatClient, Completion, LLMError, SamplingParams
 
 __all__ = ["RecordingClient"]
@@ -52,11 +57,21 @@ class RecordingClient:
         try:
             completion = await self.inner.complete(messages, params)
         except LLMError as exc:
+            message, repaired = storable_text(str(exc))
+            if repaired:
+                exc.args = (message,)  # the caller reports it too (trajectory errors, the summary)
+                record["textRepairs"] = {"error": repaired}
             record.update(latency_ms=1000.0 * (time.perf_counter() - start), attempts=exc.attempts,
-                          error=LLMCallError(type=exc.type, message=str(exc), status_code=exc.status_code,
+                          error=LLMCallError(type=exc.type, message=message, status_code=exc.status_code,
                                              retryable=exc.retryable))
             exc.record = LLMCall(**record)  # type: ignore[attr-defined]
             raise
+        text, text_repairs = storable_text(completion.text)
+        reasoning, reasoning_repairs = storable_text(completion.reasoning) if completion.reasoning else (None, 0)
+        if text_repairs or reasoning_repairs:
+            completion = dataclasses.replace(completion, text=text, reasoning=reasoning or completion.reasoning)
+            record["textRepairs"] = {k: n for k, n in (("response", text_repairs), ("reasoning", reasoning_repairs))
+                                     if n}
         record.update(
             latency_ms=1000.0 * (time.perf_counter() - start), model=completion.model or self.inner.model,
             response=completion.text, reasoning=completion.reasoning, finish_reason=completion.finish_reason,

@@ -28,6 +28,7 @@ from ..llm import ChatClient
 from ..rewards.archetypes import load_rubrics
 from ..storage import JsonlStore, write_export
 from ..storage._files import atomic_write_bytes
+from ..storage.checks import load_checked
 from ..trajectory import Trajectory
 from .health import judge_health
 from .judge import JudgeBatch, JudgeConfig, LLMJudge
@@ -74,7 +75,7 @@ def judge_run(run_dir: str | os.PathLike[str], *, client: ChatClient | None = No
     store = JsonlStore(run)
     if not store.files():
         raise ConfigError(f"{run} holds no run (no trajectories-*.jsonl); pass the --out directory of a rollout")
-    trajectories = list(store.read())
+    trajectories = load_checked(run)  # RecordError: NaN / infinite numbers, bad seeds, duplicate ids
     if not trajectories:
         raise ConfigError(f"no trajectories in {run}")
     config = config or JudgeConfig()

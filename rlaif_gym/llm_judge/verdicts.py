@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import VerdictParseError
+from ..trajectory import storable_value
 
 __all__ = ["AbsoluteVerdict", "ListwiseVerdict", "PairwiseVerdict", "parse_absolute", "parse_listwise",
            "parse_pairwise", "parse_verdict"]
@@ -77,7 +78,9 @@ def _object(text: str, mode: str) -> dict[str, Any]:
         raise VerdictParseError(mode, f"the reply is not valid JSON ({exc})", text) from None
     if not isinstance(value, dict):
         raise VerdictParseError(mode, "the reply is not a JSON object", text)
-    return value
+    # A "\\ud800" escape decodes to a lone surrogate that no file or tape can hold: U+FFFD (the raw
+    # reply, kept on the tape, still shows what the judge wrote).
+    return storable_value(value)[0]
 
 
 def _keys(obj: dict[str, Any], required: set[str], optional: set[str], mode: str, text: str, where: str = "") -> None:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ConfigError, RLAIFError
 from ..metrics import EpisodeLedger, RunMetrics, equity_curve, run_metrics
-from ..storage import JsonlStore
+from ..storage.checks import load_checked
 from ..trajectory import Trajectory
 from .baselines import BaselineCurves, baseline_curves
 from .replay import ReplayError, replay_many
@@ -60,11 +60,12 @@ def load_run(directory: str | os.PathLike[str]) -> list[Trajectory]:
 
     Raises:
         ConfigError: the directory does not exist or holds no trajectories.
+        RecordError: a record holds a NaN or infinite number, an out-of-range seed, or a duplicate id.
     """
     path = Path(directory)
     if not path.is_dir() or not any(path.glob("*.jsonl")):
         raise ConfigError(f"{path} holds no run (no *.jsonl files); pass the --out directory of a rollout")
-    trajs = list(JsonlStore(path).read())
+    trajs = load_checked(path)
     if not trajs:
         raise ConfigError(f"no trajectories in {path}")
     return trajs

@@ -54,8 +54,9 @@ DEFINITIONS = (
     "Buy-and-hold: the starting cash split equally over the perpetual futures, long at 1x from the first tick, "
     "without fees or funding. Baselines: the numeric baseline agents on the same seeds and config, for as many "
     "ticks as the longest episode.",
-    "Judge score: the trajectory-level judge's score when the run was judged, else the rule judge's reasoning "
-    "component averaged over the episode.",
+    "Judge score: the trajectory-level (LLM) judge's score when the run was judged, else the rule judge's "
+    "reasoning component averaged over the episode; never a mix. In a judged run, episodes without a verdict are "
+    "left out (the judge coverage row counts the scored ones).",
 )
 """The conventions the page states (also in `rlaif_gym.metrics` and `rlaif_gym.report.baselines`)."""
 

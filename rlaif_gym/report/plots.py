@@ -233,11 +233,12 @@ def plot_judge_vs_pnl(runs: Sequence[RunReport], path: Path) -> Path:
     for i, run in enumerate(runs):
         eps = run.metrics.episodes_detail
         x = np.array([m.judge_score for m in eps])
-        sources |= {m.judge_source for m in eps}
+        sources |= {m.judge_source for m in eps if m.judge_source != "none"}  # unscored episodes: no point
         y = np.array([m.pnl for m in eps])
         rho = rank_correlation(x, y)
         rho_text = "n/a" if math.isnan(rho) else f"{rho:+.2f}"
-        ax.scatter(x, y, color=_color(i), s=36, alpha=0.8, label=f"{run.name} (Spearman ρ {rho_text})")
+        ax.scatter(x, y, color=_color(i), s=36, alpha=0.8, label=f"{run.name} (Spearman ρ {rho_text}; scored "
+                   f"{run.metrics.judge_scored} / {run.metrics.episodes})")
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("judge score (" + "; ".join(sorted(sources)) + ")")
     ax.set_ylabel("final PnL (USD)")

@@ -125,6 +125,8 @@ def _specs(runs: Sequence[RunReport]) -> list[tuple[str, str, _Getter, str]]:
         ("LLM", "completion tokens per call", _calls("completion_tokens_mean"), "ratio"),
         ("Judge", "mean judge score", _m("judge_score"), "num"),
         ("Judge", "judge score source", _m("judge_source"), "text"),
+        ("Judge", "judge coverage (episodes scored / all)",
+         lambda r: f"{r.metrics.judge_scored} / {r.metrics.episodes}", "text"),
         ("Judge", "rank correlation judge score vs PnL (Spearman)", _m("judge_pnl_correlation"), "num"),
     ]
     names = sorted({c for r in runs for c in r.metrics.components})

@@ -292,12 +292,19 @@ class RolloutCollector:
                 changed = [k for k in ("run_name", "seed", "group_size", "env_id", "config", "max_ticks", "fork_tick",
                                      "include_trunk")
                            if previous.get(k) != manifest.get(k)]
+                if _policy(previous.get("agent")) != _policy(manifest.get("agent")):
+                    changed.append(f"agent (stored {_policy(previous.get('agent'))}, now "
+                                   f"{_policy(manifest.get('agent'))})")
                 if changed:
                     raise ConfigError(f"--resume would mix two runs: {', '.join(changed)} differ from the run "
                                       "recorded in run.json; use a new --out directory or the same settings")
             elif previous is not None and not resume:
                 raise ConfigError("the output directory already holds a run; pass resume=True (--resume) to "
                                   "continue it, or choose an empty directory")
+            if previous is None and hasattr(self.sink, "files") and self.sink.files():
+                raise ConfigError(f"the output directory holds trajectory files ({self.sink.files()[0].name}, ...) but "
+                                  "no run.json, so they were not written by a run of this plan and would be mixed "
+                                  "with it; choose an empty --out directory or move those files away")
             self.sink.write_manifest(manifest)
         if resume and self.sink is not None and hasattr(self.sink, "completed_ids"):
             if hasattr(self.sink, "repair"):
@@ -323,7 +330,14 @@ class RolloutCollector:
         start = time.perf_counter()
 
         def record(traj: Trajectory) -> None:
-            self._emit(traj)
+            try:
+                self._emit(traj)
+            except Exception as exc:  # one trajectory the sink refused (disk full, ...) never ends the run
+                summary.failed += 1  # not stored: a resumed run plays it again
+                summary.errors.append(f"{traj.trajectory_id}: could not store the trajectory: {type(exc).__name__}: "
+                                      f"{exc}")
+                display.episode_done(traj)
+                return
             summary.steps += len(traj.steps)
             summary.llm_calls += sum(len(s.llm_calls) for s in traj.steps) + len(traj.failed_calls)
             summary.failed_calls += len(traj.failed_calls)
@@ -365,7 +379,8 @@ class RolloutCollector:
         display = display or _Progress(False, 0)
         self._episode_slots = asyncio.Semaphore(self.num_envs)
         self._call_slots = asyncio.Semaphore(self.max_concurrent_calls)
-        queue: asyncio.Queue[Trajectory | None] = asyncio.Queue()
+        queue: asyncio.Queue[Trajectory | None] = asyncio.Queue()  # drained between ticks (see `_play`)
+        pending = iter(units)
 
         async def run_one(spec: EpisodeSpec) -> None:
             async with self._episode_slots:
@@ -376,9 +391,13 @@ class RolloutCollector:
             async for traj in self._fork_group(group, include_trunk, display):
                 await queue.put(traj)
 
+        async def worker() -> None:  # units are admitted as slots free up, never one task per unit up front
+            for unit in pending:
+                await (run_group(unit) if isinstance(unit, ForkGroup) else run_one(unit))
+
         async def run_all() -> None:
             try:
-                await asyncio.gather(*(run_group(u) if isinstance(u, ForkGroup) else run_one(u) for u in units))
+                await asyncio.gather(*(worker() for _ in range(min(self.num_envs, len(units)))))
             finally:
                 await queue.put(None)
 
@@ -519,6 +538,7 @@ class RolloutCollector:
                 ))
                 display.tick(reward)
                 prompt, tick = next_prompt, t + 1
+                await asyncio.sleep(0)  # a policy that never awaits (the scripted agent) still lets the writer run
                 if terminated:
                     status = "bankrupt"
                     break
@@ -568,6 +588,13 @@ def build_trajectory(*, trajectory_id: str, agent_id: str, window_id: str, env_s
     )
     traj.quality = validate_trajectory(traj).to_dict()
     return traj
+
+
+def _policy(agent: Any) -> Any:
+    """What decides the actions of a run's agent (kind, model, sampling, decoding); transport settings aside."""
+    if not isinstance(agent, dict):
+        return agent
+    return {k: agent.get(k) for k in ("name", "kind", "model", "sampling", "constrain", "grammar_limits")}
 
 
 class _Progress:

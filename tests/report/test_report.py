@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import math
 import re
 import struct
 from html import unescape
@@ -145,12 +146,13 @@ def test_llm_judge_scores_beside_the_run_become_the_judge_score(scripted_run, tm
         if f.is_file():
             (run / f.name).write_bytes(f.read_bytes())
     trajs = load_run(run)
-    scores = [0.9, None, 0.1]  # the second verdict is missing: that episode keeps the rule judge
+    scores = [0.9, None, 0.1]  # the second verdict is missing: that episode is left out (issue 15, item 11)
     lines = [json.dumps({"trajectory_id": t.trajectory_id, "score": s}) for t, s in zip(trajs, scores, strict=True)]
     (run / "judge" / "scores.absolute.jsonl").write_text("\n".join(lines) + "\n")
     m = analyze_run(trajs, directory=run, replay_ledgers=False, baselines=False).metrics
     assert [e.judge_source for e in m.episodes_detail] == [
-        "judge_scores.llm_absolute", "rule judge: mean reasoning component", "judge_scores.llm_absolute"]
+        "judge_scores.llm_absolute", "none", "judge_scores.llm_absolute"]
+    assert math.isnan(m.episodes_detail[1].judge_score) and m.judge_scored == 2
     assert [m.episodes_detail[i].judge_score for i in (0, 2)] == [0.9, 0.1]
     judged = [e.judge_score for e in m.episodes_detail]
     assert m.judge_pnl_correlation == pytest.approx(rank_correlation(judged, [e.pnl for e in m.episodes_detail]),

@@ -39,7 +39,7 @@ def test_resume_retry_failed_replays_the_failed_episode_in_place(fake_server, tm
     outage = episode_seeds(SEED + FAILED_EPISODE, 0, range(FAILED_TICK, TICKS))
     fake_server.faults = [Fault("status", match=lambda body: body.get("seed") in outage, status=503)]
 
-    assert _rollout(fake_server, out, db) == 0
+    assert _rollout(fake_server, out, db) == 1  # an episode failed: the run says so (issue 15, item 10)
     first = capsys.readouterr().out
     assert "--resume --retry-failed" in first, f"no hint on how to replay the failure: {first[-800:]}"
     before = {t.trajectory_id: t for t in read_store_strict(out)}

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from fake_server import FakeOpenAIServer, Fault, episode_seeds
 from rollout_checks import check_run, read_store_strict
 
@@ -119,6 +120,8 @@ def test_no_secret_anywhere(fake_server: FakeOpenAIServer, tmp_path, monkeypatch
         for fmt in FORMATS:
             out = exports / f"{directory.name}.{fmt}.{'parquet' if fmt == 'parquet' else 'jsonl'}"
             code = main(["export", str(directory), "--format", fmt, "--output", str(out)])
+            if fmt in ("dpo", "grpo") and code == 2:  # groups of 1: nothing to write (issue 15, item 10)
+                continue
             assert code == 0, f"rlaif-gym export {directory.name} --format {fmt} returned {code}"
             assert out.exists(), f"export {fmt} of {directory.name} wrote nothing"
         write_parquet(exports / f"{directory.name}.api.parquet", list(JsonlStore(directory).read()))
@@ -138,7 +141,8 @@ def test_no_secret_anywhere(fake_server: FakeOpenAIServer, tmp_path, monkeypatch
 
 def test_credentials_in_the_base_url_are_never_recorded(fake_server: FakeOpenAIServer, tmp_path, capsys):
     url = fake_server.base_url.replace("http://", f"http://trainer:{URL_SECRET}@")
-    agent = OpenAIChatAgent(model="fake", base_url=url, api_key=ARG_SECRET, timeout=2.0, max_retries=0)
+    with pytest.warns(UserWarning, match="credentials in the base URL were removed"):
+        agent = OpenAIChatAgent(model="fake", base_url=url, api_key=ARG_SECRET, timeout=2.0, max_retries=0)
     run = tmp_path / "url-run"
     summary = RolloutCollector(agent, sink=JsonlStore(run), env_config={"num_ticks": 2}, num_envs=1).collect(1, 3)
     assert summary.completed == 1, f"collection through a URL with credentials failed: {summary.errors}"

@@ -1,0 +1,55 @@
+"""Issue 15 item 4: a run refuses directories written by something else and resumes only the same plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlaif_gym.agents import ScriptedLLMAgent
+from rlaif_gym.errors import ConfigError
+from rlaif_gym.rollout import RolloutCollector
+from rlaif_gym.storage import JsonlStore
+
+
+def _collector(out, temperature=0.7):
+    return RolloutCollector(ScriptedLLMAgent(temperature=temperature), sink=JsonlStore(out),
+                            env_config={"num_ticks": 3}, num_envs=2)
+
+
+def test_fresh_run_refuses_foreign_trajectory_files(tmp_path):
+    src, out = tmp_path / "a", tmp_path / "b"
+    _collector(src).collect(2, seed=0)
+    out.mkdir()
+    (out / "trajectories-0.jsonl").write_bytes((src / "trajectories-0.jsonl").read_bytes())
+    before = (out / "trajectories-0.jsonl").read_bytes()
+    for resume in (False, True):
+        with pytest.raises(ConfigError, match=r"no run\.json"):
+            _collector(out).collect(2, seed=0, resume=resume)
+    assert (out / "trajectories-0.jsonl").read_bytes() == before
+    assert not (out / "run.json").exists()
+
+
+def test_resume_refuses_another_policy(tmp_path):
+    out = tmp_path / "run"
+    _collector(out).collect(2, seed=0)
+    manifest = (out / "run.json").read_bytes()
+    with pytest.raises(ConfigError, match="agent"):
+        _collector(out, temperature=0.0).collect(4, seed=0, resume=True)
+    assert (out / "run.json").read_bytes() == manifest
+
+
+def test_overwrite_deletes_only_what_a_run_wrote(tmp_path):
+    from rlaif_gym.cli import main
+
+    out = tmp_path / "project"
+    (out / "src").mkdir(parents=True)
+    (out / "src" / "main.py").write_text("print('mine')\n")
+    (out / "notes.txt").write_text("keep\n")
+    _collector(out).collect(2, seed=0)
+    args = ["rollout", "--out", str(out), "--episodes", "1", "--max-ticks", "2", "--no-progress", "--overwrite"]
+    assert main(args) == 0
+    assert (out / "src" / "main.py").read_text() == "print('mine')\n" and (out / "notes.txt").exists()
+    assert len(JsonlStore(out).completed_ids()) == 1
+
+    (out / "run.json").write_text('{"name": "someone else"}\n')
+    assert main(args) == 2
+    assert (out / "src" / "main.py").exists() and (out / "run.json").read_text() == '{"name": "someone else"}\n'
