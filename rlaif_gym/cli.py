@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import re
 import sys
@@ -38,6 +40,55 @@ def _require_cli():
     return typer
 
 
+def _number(lo: float | None = None, hi: float | None = None, *, above: bool = False):
+    """A typer callback that accepts a finite number in [lo, hi] (in (lo, hi] with `above`), or None.
+
+    click's FloatRange lets NaN through (every comparison with NaN is false); this does not.
+    """
+    import typer
+
+    if lo is None:
+        allowed = f"<= {hi}" if hi is not None else ""
+    else:
+        allowed = f"{'>' if above else '>='} {lo}" + (f" and <= {hi}" if hi is not None else "")
+
+    def check(value: float | None) -> float | None:
+        if value is None:
+            return value
+        bad = not math.isfinite(value) or (lo is not None and (value <= lo if above else value < lo)) or \
+            (hi is not None and value > hi)
+        if bad:
+            raise typer.BadParameter(f"{value} is not a finite number {allowed}".rstrip())
+        return value
+
+    return check
+
+
+def _at_least(lo: int):
+    """A typer callback that accepts an integer >= lo (or None: the option's "not set")."""
+    import typer
+
+    def check(value: int | None) -> int | None:
+        if value is not None and value < lo:
+            raise typer.BadParameter(f"{value} is not allowed; it must be an integer >= {lo}")
+        return value
+
+    return check
+
+
+def _sizes(value: str) -> tuple[int, ...]:
+    """`--sizes 1,64,1024`: positive integers, comma-separated."""
+    import typer
+
+    try:
+        sizes = tuple(int(x) for x in value.split(",") if x.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a comma-separated list of integers, e.g. 1,64,1024") from None
+    if not sizes or min(sizes) < 1:
+        raise typer.BadParameter(f"{value!r}: give one or more numbers of envs, each >= 1, e.g. 1,64,1024")
+    return sizes
+
+
 class AgentKind(str, Enum):
     scripted = "scripted"
     openai = "openai"
@@ -49,6 +100,11 @@ class ConstrainMode(str, Enum):
     gbnf = "gbnf"
     guided_json = "guided_json"
     response_format = "response_format"
+
+
+class BackendKind(str, Enum):
+    numpy = "numpy"
+    numba = "numba"
 
 
 class JudgeKind(str, Enum):
@@ -164,6 +220,18 @@ def _print_judge(console, result) -> None:
         raise NothingToWriteError(f"the {mode} judge scored nothing: {reason}")
 
 
+def _setup_logging(verbose: int) -> None:
+    """Log records of the package to stderr: warnings always, INFO with -v, DEBUG with -vv."""
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logger = logging.getLogger("rlaif_gym")
+    logger.setLevel(level)
+    if not any(getattr(h, "_rlaif_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        handler._rlaif_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+
+
 def _parse_overrides(items: list[str]) -> dict[str, Any]:
     """`key=value` pairs; values are JSON when they parse as JSON, else strings."""
     out: dict[str, Any] = {}
@@ -206,9 +274,17 @@ def _build_app():
     typer = _require_cli()
     from rich.console import Console
 
-    app = typer.Typer(add_completion=False, no_args_is_help=True,
+    # Plain click help (rich_markup_mode=None): option names are never cut at 80 columns and help text
+    # such as "[sb3]" prints as written instead of being read as rich markup.
+    app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                      pretty_exceptions_enable=False,
                       help="rlaif_gym: Babylon-style market world for RLAIF. Collect, inspect and export trajectories.")
     console = Console(stderr=False)
+
+    @app.callback()
+    def _options(verbose: int = typer.Option(0, "--verbose", "-v", count=True,
+                                             help="-v: retries, fallbacks, skipped and failed episodes; -vv: debug")):
+        _setup_logging(verbose)
 
     @app.command()
     def rollout(
@@ -217,36 +293,41 @@ def _build_app():
         base_url: str = typer.Option(None, help="server URL, e.g. http://127.0.0.1:8000/v1 (default: "
                                      "$OPENAI_BASE_URL)"),
         model: str = typer.Option(None, help="model name on the server (default: $RLAIF_MODEL)"),
-        num_envs: int = typer.Option(8, help="episodes in flight at once"),
-        episodes: int = typer.Option(8, help="trajectories to collect"),
-        seed: int = typer.Option(0, help="run seed: env seeds are seed, seed+1, ..."),
-        out: Path = typer.Option(Path("runs/latest"), help="output directory (JSONL trajectories + run.json)"),
+        num_envs: int = typer.Option(8, callback=_at_least(1), help="episodes in flight at once"),
+        episodes: int = typer.Option(8, callback=_at_least(1), help="trajectories to collect"),
+        seed: int = typer.Option(0, callback=_at_least(0), help="run seed: env seeds are seed, seed+1, ..."),
+        out: Path = typer.Option(Path("runs/latest"), file_okay=False,
+                                 help="output directory (JSONL trajectories + run.json)"),
         resume: bool = typer.Option(False, help="continue a killed run in --out without duplicates"),
         retry_failed: bool = typer.Option(False, help="--resume: also play again the trajectories stored as failed "
                                           "(the old records move to retried-failures.jsonl)"),
         overwrite: bool = typer.Option(False, help="delete a previous run in --out first"),
-        group_size: int = typer.Option(1, help="episodes per env seed (GRPO groups)"),
-        fork_tick: int = typer.Option(None, help="GRPO groups from one mid-episode state: play each seed to this "
+        group_size: int = typer.Option(1, callback=_at_least(1), help="episodes per env seed (GRPO groups)"),
+        fork_tick: int = typer.Option(None, callback=_at_least(0),
+                                      help="GRPO groups from one mid-episode state: play each seed to this "
                                       "tick once, fork it into --group-size branches (--episodes must be a "
                                       "multiple of --group-size)"),
         include_trunk: bool = typer.Option(False, help="--fork-tick: prepend the shared trunk to every branch"),
-        ray_workers: int = typer.Option(None, help="collect on this many Ray actors ([ray] extra); each runs "
+        ray_workers: int = typer.Option(None, callback=_at_least(1),
+                                        help="collect on this many Ray actors ([ray] extra); each runs "
                                         "--num-envs episodes at once"),
         ray_address: str = typer.Option(None, help="--ray-workers: an existing Ray cluster, e.g. auto or "
                                         "ray://head:10001 (default: a local instance)"),
-        max_ticks: int = typer.Option(None, help="stop episodes after this many ticks"),
-        temperature: float = typer.Option(0.7, help="sampling temperature"),
-        max_tokens: int = typer.Option(512, help="max completion tokens per call"),
-        timeout: float = typer.Option(60.0, help="seconds per LLM call attempt"),
-        max_retries: int = typer.Option(3, help="retries for transient LLM failures"),
+        max_ticks: int = typer.Option(None, callback=_at_least(1),
+                                      help="stop episodes after this many ticks (default: num_ticks)"),
+        temperature: float = typer.Option(0.7, callback=_number(0.0, 10.0), help="sampling temperature, >= 0"),
+        max_tokens: int = typer.Option(512, callback=_at_least(1), help="max completion tokens per call"),
+        timeout: float = typer.Option(60.0, callback=_number(0.0, above=True), help="seconds per LLM call attempt"),
+        max_retries: int = typer.Option(3, callback=_at_least(0), help="retries for transient LLM failures"),
         constrain: ConstrainMode = typer.Option(None, help="constrained decoding of the reply format (--agent openai): "
                                                 "gbnf (llama.cpp), guided_json (vLLM), response_format (OpenAI)"),
-        max_concurrent_calls: int = typer.Option(None, help="LLM calls in flight (default: --num-envs)"),
+        max_concurrent_calls: int = typer.Option(None, callback=_at_least(1),
+                                                 help="LLM calls in flight (default: --num-envs)"),
         set_: list[str] = typer.Option([], "--set", help="env config override key=value (repeatable)"),
         parquet: bool = typer.Option(False, help="also write trajectories.parquet at the end"),
         db: str = typer.Option(None, "--db", help="also write each trajectory to this database's original "
                                "`trajectories` table: sqlite:///runs.db, postgresql://user@host/db ([sql] extra)"),
-        progress: bool = typer.Option(True, help="live progress display"),
+        progress: bool = typer.Option(True, help="progress on stderr: a live bar on a terminal, else a line every 5 s"),
         judge: JudgeKind = typer.Option(JudgeKind.rule, help="rule: the rule judge inside the env (default); llm: "
                                         "also judge the run's trajectories with an LLM afterwards (RUN_DIR/judge/)"),
         judge_mode: JudgeMode = typer.Option(JudgeMode.absolute, help="--judge llm: absolute, listwise or pairwise"),
@@ -260,8 +341,6 @@ def _build_app():
 
         if constrain is not None and agent is AgentKind.scripted:
             raise ConfigError("--constrain applies to a model server (--agent openai), not the scripted agent")
-        if seed < 0:  # env seeds are seed, seed+1, ...: a negative one fails every episode at reset
-            raise ConfigError(f"--seed must be >= 0 (env seeds are seed, seed+1, ...), got {seed}")
         if agent is AgentKind.openai:  # refuse now what would fail every episode later
             if not (base_url or os.environ.get("OPENAI_BASE_URL")):
                 raise ConfigError("--agent openai needs --base-url (or $OPENAI_BASE_URL), e.g. "
@@ -298,7 +377,7 @@ def _build_app():
             backend = RayBackend(ray_workers, address=ray_address)
         collector = RolloutCollector(policy, sink=sink, env_config=_parse_overrides(set_), num_envs=num_envs,
                                      max_concurrent_calls=max_concurrent_calls, group_size=group_size,
-                                     run_name=out.name or "run", progress=progress and sys.stderr.isatty(),
+                                     run_name=out.name or "run", progress=progress,
                                      max_ticks=max_ticks, backend=backend)
         judge_client = None
         if judge is JudgeKind.llm:  # built before collecting, so a missing judge model fails fast; its own
@@ -338,24 +417,27 @@ def _build_app():
 
     @app.command("serve-local")
     def serve_local(
-        episodes: int = typer.Option(2, help="trajectories to collect"),
-        num_envs: int = typer.Option(2, help="episodes in flight at once"),
-        max_ticks: int = typer.Option(4, help="ticks per episode (a 135M model on one thread: seconds per tick)"),
-        seed: int = typer.Option(0, help="run seed"),
-        out: Path = typer.Option(Path("runs/local-llm"), help="output directory"),
+        episodes: int = typer.Option(2, callback=_at_least(1), help="trajectories to collect"),
+        num_envs: int = typer.Option(2, callback=_at_least(1), help="episodes in flight at once"),
+        max_ticks: int = typer.Option(4, callback=_at_least(1),
+                                      help="ticks per episode (a 135M model on one thread: seconds per "
+                                      "tick)"),
+        seed: int = typer.Option(0, callback=_at_least(0), help="run seed"),
+        out: Path = typer.Option(Path("runs/local-llm"), file_okay=False, help="output directory"),
         overwrite: bool = typer.Option(False, help="delete a previous run in --out first"),
         install: bool = typer.Option(True, help="install the local-llm extra and the model when missing"),
         constrain: ConstrainMode = typer.Option(ConstrainMode.gbnf, help="constrained decoding of the reply"),
-        temperature: float = typer.Option(0.7, help="sampling temperature"),
+        temperature: float = typer.Option(0.7, callback=_number(0.0, 10.0), help="sampling temperature, >= 0"),
         logprobs: bool = typer.Option(False, help="record per-token logprobs (slow on llama-cpp-python)"),
         set_: list[str] = typer.Option([], "--set", help="env config override key=value (repeatable)"),
+        progress: bool = typer.Option(True, help="progress on stderr: a live bar on a terminal, else a line every 5 s"),
     ):
         """See a real model play: SmolLM2-135M on a local llama.cpp server (started and stopped here), offline."""
         from .integrations.local_llm import serve_local as run
 
         summary = run(out, episodes=episodes, num_envs=num_envs, max_ticks=max_ticks, seed=seed,
                       temperature=temperature, constrain=constrain.value, install=install, overwrite=overwrite,
-                      logprobs=logprobs,
+                      logprobs=logprobs, progress=progress,
                       env_config=_parse_overrides(set_), log=lambda line: console.print(line, highlight=False))
         console.print(_summary_table(summary, out))
         for err in summary.errors[:10]:
@@ -366,7 +448,7 @@ def _build_app():
         directory: Path = typer.Argument(..., help="a run directory written by rollout"),
         compare: Path = typer.Argument(None, metavar="RUN_B", help="a second run to put side by side with the "
                                        "first (e.g. before and after training)"),
-        out: Path = typer.Option(None, help="where to write the plots, report.html and metrics.json "
+        out: Path = typer.Option(None, file_okay=False, help="where to write the plots, report.html and metrics.json "
                                  "(default: DIRECTORY/report)"),
         baselines: bool = typer.Option(True, help="play the numeric baseline agents and buy-and-hold on the "
                                        "run's seeds"),
@@ -375,18 +457,30 @@ def _build_app():
         """Metrics of a run (or two side by side): a summary table here, PNG plots and one HTML page on disk."""
         from rich.table import Table
 
-        from .report import analyze_run, load_run, summary_rows, write_report
+        from .report import analyze_run, headline, load_run, require_report_extra, summary_rows, write_report
         from .rollout import summarize_quality
 
         dirs = [directory] if compare is None else [directory, compare]
         names = [d.resolve().name or str(d) for d in dirs]
         if len(dirs) == 2:
             names = [f"A: {names[0]}", f"B: {names[1]}"]
-        runs = [analyze_run(load_run(d), name=n, directory=d, baselines=baselines)
-                for d, n in zip(dirs, names, strict=True)]
+        loaded = [load_run(d) for d in dirs]
+        target = out if out is not None else directory / "report"
+        plots_missing = None
+        if plots:
+            try:
+                require_report_extra()
+            except DependencyNotInstalled as exc:  # the table still prints; the end says how to get the rest
+                plots_missing = exc
+            else:  # an --out that cannot be written fails now, not after the analysis and the table
+                target.mkdir(parents=True, exist_ok=True)
+        runs = [analyze_run(trajs, name=n, directory=d, baselines=baselines)
+                for trajs, d, n in zip(loaded, dirs, names, strict=True)]
         for d, r in zip(dirs, runs, strict=True):
             console.print(_outside(f"{r.name}: {d} ({len(r.trajectories)} trajectories)"), highlight=False,
                           soft_wrap=True)
+        for r in runs:  # the headline first: what a reader wants before the 60 rows below
+            console.print(f"[bold]{_outside(headline(r))}[/bold]", highlight=False, soft_wrap=True)
         table = Table(title="rlaif-gym report")
         table.add_column("metric")
         for r in runs:
@@ -424,13 +518,11 @@ def _build_app():
                                   soft_wrap=True)
         if not plots:
             return
-        target = out if out is not None else directory / "report"
-        try:
-            files = write_report(runs, target)
-        except DependencyNotInstalled as exc:
-            console.print(f"[yellow]no plots or report.html[/yellow]: {_outside(str(exc))}", highlight=False,
+        if plots_missing is not None:
+            console.print(f"[yellow]no plots or report.html[/yellow]: {_outside(str(plots_missing))}", highlight=False,
                           soft_wrap=True)
             return
+        files = write_report(runs, target)
         console.print(_outside(f"wrote {len(files.plots)} plots, {files.html.name} and {files.metrics.name} to "
                              f"{files.directory} (open {files.html})"), highlight=False, soft_wrap=True)
 
@@ -445,17 +537,21 @@ def _build_app():
                                                  "tape lacks (after a rubric change)"),
         base_url: str = typer.Option(None, help="judge server URL (default: $OPENAI_BASE_URL)"),
         model: str = typer.Option(None, help="judge model (default: $RLAIF_MODEL); replay needs it too"),
-        rubrics: Path = typer.Option(None, help="rubric file to judge with (default: the packaged rubrics.json)"),
+        rubrics: Path = typer.Option(None, exists=True, dir_okay=False,
+                                     help="rubric file to judge with (default: the packaged rubrics.json)"),
         archetype: str = typer.Option(None, help="judge every trajectory as this archetype"),
-        max_concurrency: int = typer.Option(4, help="judge calls in flight"),
-        timeout: float = typer.Option(60.0, help="seconds per judge call attempt"),
-        max_retries: int = typer.Option(3, help="retries for transient judge failures"),
-        call_deadline: float = typer.Option(180.0, help="seconds one verdict may take, retries included"),
-        failure_budget: float = typer.Option(0.25, help="fraction of verdicts that may fail before the batch stops"),
-        repeats: int = typer.Option(1, help="absolute mode: verdicts per trajectory (their spread is reported)"),
-        max_tokens: int = typer.Option(512, help="max completion tokens per verdict"),
+        max_concurrency: int = typer.Option(4, callback=_at_least(1), help="judge calls in flight"),
+        timeout: float = typer.Option(60.0, callback=_number(0.0, above=True), help="seconds per judge call attempt"),
+        max_retries: int = typer.Option(3, callback=_at_least(0), help="retries for transient judge failures"),
+        call_deadline: float = typer.Option(180.0, callback=_number(0.0, above=True),
+                                            help="seconds one verdict may take, retries included"),
+        failure_budget: float = typer.Option(0.25, callback=_number(0.0, 1.0),
+                                             help="fraction of verdicts (0 to 1) that may fail before the batch stops"),
+        repeats: int = typer.Option(1, callback=_at_least(1),
+                                    help="absolute mode: verdicts per trajectory (their spread is reported)"),
+        max_tokens: int = typer.Option(512, callback=_at_least(1), help="max completion tokens per verdict"),
         strict: bool = typer.Option(True, help="replay: fail on a call that is not on the tape"),
-        out: Path = typer.Option(None, help="output directory (default: RUN_DIR/judge)"),
+        out: Path = typer.Option(None, file_okay=False, help="output directory (default: RUN_DIR/judge)"),
     ):
         """Judge a stored run with an LLM, never re-running the world: scores, health, GRPO groups in RUN_DIR/judge."""
         import os
@@ -479,8 +575,9 @@ def _build_app():
     def export(
         directory: Path = typer.Argument(..., help="a run directory written by rollout"),
         format: ExportFormat = typer.Option(..., "--format", help="sft, dpo, grpo, db (original rows) or parquet"),
-        output: Path = typer.Option(..., help="file to write"),
-        judge_scores: Path = typer.Option(None, help="grpo: score groups with this scores.<mode>.jsonl of "
+        output: Path = typer.Option(..., dir_okay=False, help="file to write"),
+        judge_scores: Path = typer.Option(None, exists=True, dir_okay=False,
+                                          help="grpo: score groups with this scores.<mode>.jsonl of "
                                           "rlaif-gym judge (unscored trajectories are left out, never 0)"),
     ):
         """Export trajectories to the formats trainers read."""
@@ -512,17 +609,17 @@ def _build_app():
     def bench(
         vector: bool = typer.Option(True, help="env steps/s: single, sync, async and native vs CartPole"),
         text: bool = typer.Option(True, help="text-face cost per tick"),
-        seconds: float = typer.Option(1.0, help="length of one timed window"),
-        repeats: int = typer.Option(3, help="windows per cell (median reported)"),
-        sizes: str = typer.Option("1,64,1024,16384", help="numbers of envs, comma-separated"),
-        backend: str = typer.Option("numpy", help="world-step backend: numpy or numba"),
+        seconds: float = typer.Option(1.0, callback=_number(0.0, 3600.0, above=True),
+                                      help="length of one timed window, seconds"),
+        repeats: int = typer.Option(3, callback=_at_least(1), help="windows per cell (median reported)"),
+        sizes: str = typer.Option("1,64,1024,16384", callback=_sizes, help="numbers of envs, comma-separated"),
+        backend: BackendKind = typer.Option(BackendKind.numpy, help="world-step backend"),
     ):
         """Benchmarks measured side by side in one run (the collector's: python benchmarks/bench_collector.py)."""
         from .benchmark import bench_text_overhead, bench_vector, format_text, format_vector
 
         if vector:
-            n = tuple(int(x) for x in sizes.split(",") if x.strip())
-            typer.echo(format_vector(bench_vector(n, seconds, repeats, backend=backend)))
+            typer.echo(format_vector(bench_vector(sizes, seconds, repeats, backend=backend.value)))
         if text:
             typer.echo(format_text(bench_text_overhead()))
 
@@ -543,39 +640,80 @@ def _build_app():
                     console.print(f"[green]ok[/green]   gymnasium check_env {env_id}")
                 except Exception as exc:
                     failures += 1
-                    console.print(f"[red]FAIL[/red] gymnasium check_env {env_id}: {exc}")
+                    console.print(f"[red]FAIL[/red] gymnasium check_env {env_id}: {_outside(exc)}")
         try:
             from stable_baselines3.common.env_checker import check_env as sb3_check
         except ImportError:
-            console.print('skip SB3 check_env (pip install "rlaif-gym[sb3]")')
+            console.print('skip SB3 check_env (pip install "rlaif-gym[sb3]")', markup=False, highlight=False)
         else:
             try:
                 sb3_check(gym.make("RLAIF-v0"))
                 console.print("[green]ok[/green]   SB3 check_env RLAIF-v0")
             except Exception as exc:
                 failures += 1
-                console.print(f"[red]FAIL[/red] SB3 check_env RLAIF-v0: {exc}")
+                console.print(f"[red]FAIL[/red] SB3 check_env RLAIF-v0: {_outside(exc)}")
         raise typer.Exit(1 if failures else 0)
 
     return app
 
 
+def _os_error(exc: OSError) -> str:
+    """An OSError (unwritable --out, a directory where a file goes, a full disk) as one line with the path."""
+    what = exc.strerror or type(exc).__name__
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{what}{where} (check the path and its permissions)"
+
+
+BUG_HINT = ("this is a bug in rlaif-gym, not in your input: please report it with the command line and the "
+            "traceback above")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `rlaif-gym` command. User errors print one clear line and exit 2."""
+    """Entry point of the `rlaif-gym` command.
+
+    Exit codes: 0 done; 1 the work ran but some of it failed (episodes, checks); 2 a user error (bad
+    option, bad config, a path that cannot be written), printed as one line naming what to change;
+    130 interrupted (Ctrl-C; what was finished is kept). Only a bug prints a traceback.
+    """
     try:
         app = _build_app()
     except DependencyNotInstalled as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    import typer
+
+    # typer >= 0.2x vendors click (typer._click); older releases use click itself: take the classes
+    # from the module that defines typer.BadParameter, whichever it is.
+    errors = sys.modules[typer.BadParameter.__module__]
     try:
-        # Standalone mode: typer prints usage errors itself and exits with their code.
-        app(args=argv, standalone_mode=True)
+        result = app(args=argv, prog_name="rlaif-gym", standalone_mode=False)
+    except errors.NoArgsIsHelpError as exc:
+        print(exc.format_message(), file=sys.stderr)
+        return 2
+    except errors.UsageError as exc:  # bad options: one line, the option and what is allowed
+        command = exc.ctx.command_path if exc.ctx is not None else "rlaif-gym"
+        print(f"error: {_printable(exc.format_message())} (see {command} --help)", file=sys.stderr)
+        return 2
+    except errors.ClickException as exc:  # e.g. a file option that cannot be opened
+        print(f"error: {_printable(exc.format_message())}", file=sys.stderr)
+        return 2
     except RLAIFError as exc:
         print(f"error: {_printable(exc)}", file=sys.stderr)  # may quote server text: no raw escapes
         return 2
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    return 0
+    except OSError as exc:
+        print(f"error: {_printable(_os_error(exc))}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, typer.Abort):
+        result = 130
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        print(f"error: {BUG_HINT}", file=sys.stderr)
+        return 1
+    if result == 130:  # typer turns Ctrl-C into exit code 130
+        print("interrupted (Ctrl-C): stopped; what had finished is kept", file=sys.stderr)
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

@@ -510,7 +510,8 @@ class EpisodeMetrics:
     start_equity: float
     final_equity: float
     pnl: float
-    total_return: float
+    pnl_ratio: float
+    """final equity / starting equity - 1 (PnL as a fraction of the stake; "return" always means the reward sum)."""
     sharpe: float
     sortino: float
     calmar: float
@@ -546,7 +547,7 @@ def episode_metrics(traj: Trajectory, ledger: EpisodeLedger | None = None, ledge
     m = EpisodeMetrics(
         trajectory_id=traj.trajectory_id, seed=traj.seed, status=traj.final_status, ticks=len(traj.steps),
         start_equity=float(e[0]), final_equity=float(e[-1]), pnl=float(e[-1] - e[0]),
-        total_return=float(e[-1] / e[0] - 1.0) if e[0] > 0 else math.nan,
+        pnl_ratio=float(e[-1] / e[0] - 1.0) if e[0] > 0 else math.nan,
         sharpe=sharpe_ratio(r, periods_per_year), sortino=sortino_ratio(r, periods_per_year),
         calmar=calmar_ratio(r, dd, periods_per_year), max_drawdown=dd.max_fraction, max_drawdown_usd=dd.max_usd,
         drawdown_ticks=dd.duration_ticks, total_reward=float(sum(s.reward for s in traj.steps)),
@@ -588,7 +589,7 @@ class RunMetrics:
     mean_pnl: float
     median_pnl: float
     std_pnl: float
-    mean_return: float
+    mean_pnl_ratio: float
     mean_total_reward: float
     sharpe: float
     sortino: float
@@ -656,7 +657,7 @@ def run_metrics(trajs: Sequence[Trajectory], ledgers: Mapping[str, EpisodeLedger
         name=name, episodes=len(eps), statuses=dict(sorted(statuses.items())), ticks=sum(m.ticks for m in eps),
         mean_ticks=_mean(m.ticks for m in eps), mean_pnl=_mean(pnl), median_pnl=float(np.median(pnl)) if len(pnl)
         else math.nan, std_pnl=float(pnl.std(ddof=1)) if len(pnl) > 1 else math.nan,
-        mean_return=_mean(m.total_return for m in eps), mean_total_reward=_mean(m.total_reward for m in eps),
+        mean_pnl_ratio=_mean(m.pnl_ratio for m in eps), mean_total_reward=_mean(m.total_reward for m in eps),
         sharpe=_mean(m.sharpe for m in eps), sortino=_mean(m.sortino for m in eps),
         calmar=_mean(m.calmar for m in eps), mean_max_drawdown=_mean(m.max_drawdown for m in eps),
         worst_max_drawdown=max((m.max_drawdown for m in eps), default=math.nan),

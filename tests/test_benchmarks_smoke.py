@@ -43,3 +43,13 @@ def test_native_vector_memory_is_linear_in_the_number_of_envs() -> None:
     small, large = per_env[256], per_env[2048]
     assert large <= 1.1 * small, per_env  # quadratic or per-batch-leaking growth would show here
     assert state_bytes_per_world() <= large  # the world state is part of what the env holds
+
+
+def test_bench_soak_smoke() -> None:
+    """`benchmarks/bench_soak.py --smoke` writes trajectories through a real server process and prints its table."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_soak.py"), "--smoke"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    assert "| trajectories | RSS MB | open fds | Python heap MB |" in proc.stdout, proc.stdout
+    assert "completed 300, failed 0" in proc.stdout, proc.stdout
+    assert "KB per 1,000 trajectories" in proc.stdout, proc.stdout

@@ -29,7 +29,7 @@ MARKET_FEATURES = (
     ("npc_flow", -1.0, 1.0, "NPC net YES-minus-NO buying last tick / liquidity"),
 )
 PERP_FEATURES = (
-    ("return", -1.0, 1.0, "last tick's log return x 20"),
+    ("price_change", -1.0, 1.0, "last tick's log price change x 20"),
     ("momentum", -1.0, 1.0, "log(price / moving average) x 10"),
     ("funding", -1.0, 1.0, "funding rate per interval / 0.003"),
     ("news_signal", -1.0, 1.0, "leaks and rumours about this ticker, + means up"),

@@ -18,7 +18,21 @@ from ..errors import ConfigError, DependencyNotInstalled, ResetNeeded
 from ..rewards.archetypes import normalize_archetype
 from ..rewards.composite import RewardFunction
 
-__all__ = ["CoreStep", "RLAIFCore", "world_params"]
+__all__ = ["CoreStep", "RLAIFCore", "check_reset_options", "world_params"]
+
+
+def check_reset_options(options: object) -> None:
+    """`reset(options=...)` takes none: refuse any, rather than ignore them silently.
+
+    The world is set by the config at `make` time and the episode by the seed; a saved state is
+    restored with `set_state` (or `fork`). None and {} (what vector wrappers pass) are accepted.
+    """
+    if options is None or (isinstance(options, dict) and not options):
+        return
+    keys = sorted(map(str, options)) if isinstance(options, dict) else type(options).__name__
+    raise ConfigError(f"reset(options=...) takes no options, got {keys}: the world comes from the config at make "
+                      "time (gym.make('RLAIF-v0', num_markets=6, ...)) and the episode from the seed; restore a "
+                      "saved state with env.unwrapped.set_state(...)")
 
 
 def world_params(config: RLAIFEnvConfig) -> sim.WorldParams:

@@ -103,21 +103,92 @@ def _draw_series(img: np.ndarray, top: int, height: int, values: np.ndarray, lo:
     img[top : top + height][mask] = colour
 
 
+# A 3x5 pixel font (rows top to bottom) for the chart's labels: no font file, no plotting library.
+_GLYPHS = {
+    "0": "111101101101111", "1": "010110010010111", "2": "111001111100111", "3": "111001111001111",
+    "4": "101101111001001", "5": "111100111001111", "6": "111100111101111", "7": "111001001001001",
+    "8": "111101111101111", "9": "111101111001111", "A": "010101111101101", "B": "110101110101110",
+    "C": "011100100100011", "D": "110101101101110", "E": "111100110100111", "F": "111100110100100",
+    "G": "011100101101011", "H": "101101111101101", "I": "111010010010111", "J": "001001001101010",
+    "K": "101101110101101", "L": "100100100100111", "M": "101111111101101", "N": "110101101101101",
+    "O": "010101101101010", "P": "110101110100100", "Q": "010101101110011", "R": "110101110101101",
+    "S": "011100010001110", "T": "111010010010010", "U": "101101101101111", "V": "101101101101010",
+    "W": "101101111111101", "X": "101101010101101", "Y": "101101010010010", "Z": "111001010100111",
+    " ": "000000000000000", ".": "000000000000010", ",": "000000000010100", "-": "000000111000000",
+    "+": "000010111010000", "$": "011110010011110", "%": "101001010100101", ":": "000010000010000",
+    "(": "001010010010001", ")": "100010010010100", "/": "001001010100100", "=": "000111000111000",
+}
+
+
+def _draw_text(img: np.ndarray, x: int, y: int, text: str, colour, scale: int = 2) -> int:
+    """Draw `text` (upper-cased; unknown characters as spaces) with its top-left at (x, y); returns the end x."""
+    for ch in text.upper():
+        bits = _GLYPHS.get(ch, _GLYPHS[" "])
+        for k, bit in enumerate(bits):
+            if bit == "1":
+                r, c = y + (k // 3) * scale, x + (k % 3) * scale
+                img[max(r, 0): max(r + scale, 0), max(c, 0): max(c + scale, 0)] = colour
+        x += 4 * scale
+    return x
+
+
+def _text_width(text: str, scale: int = 2) -> int:
+    return 4 * scale * len(text)
+
+
+def _money(v: float) -> str:
+    return f"${v:,.0f}"
+
+
 def render_chart(prices: np.ndarray, equity: np.ndarray, width: int = 640, height: int = 400) -> np.ndarray:
-    """An RGB chart: YES prices of every market slot (top panel) and equity (bottom panel).
+    """An RGB chart with axes, labels and a legend: YES prices of every market slot (top panel) and
+    equity (bottom panel), against the tick.
 
     Args:
         prices: (T, M) YES price history.
         equity: (T,) equity history, USD.
     """
+    ink, grid, axis = np.array([30, 30, 30], np.uint8), 232, np.array([120, 120, 120], np.uint8)
     img = np.full((height, width, 3), 255, dtype=np.uint8)
-    top_h = int(height * 0.6)
-    img[top_h - 1 : top_h + 1] = 200  # panel separator
-    for level in (0.25, 0.5, 0.75):
-        img[int(top_h - 1 - level * (top_h - 1))] = 235
+    left, right = 78, width - 10  # plot area columns; y labels go left of `left`
+    title_h, gap, bottom_h = 16, 24, 26
+    top0, top_h = title_h, int((height - bottom_h - gap - title_h) * 0.6)
+    eq0, eq_h = top0 + top_h + gap, height - bottom_h - (top0 + top_h + gap)
+    plot = img[:, left:right]
+    # Top panel: prices on a fixed 0..1 axis with grid lines, a legend of the market slots.
+    _draw_text(img, left, 2, "MARKET YES PRICE (0-1)", ink)
+    for level in (0.0, 0.25, 0.5, 0.75, 1.0):
+        row = int(top0 + (1.0 - level) * (top_h - 1))
+        plot[row] = grid
+        _draw_text(img, left - 6 - _text_width(f"{level:.2f}"), row - 5, f"{level:.2f}", ink)
     for m in range(prices.shape[1]):
-        _draw_series(img, 0, top_h - 2, prices[:, m], 0.0, 1.0, _COLOURS[m % len(_COLOURS)])
-    lo, hi = float(equity.min()), float(equity.max())
+        _draw_series(plot, top0, top_h, prices[:, m], 0.0, 1.0, _COLOURS[m % len(_COLOURS)])
+    x = right - 4 - _text_width(" ".join(f"M{m}" for m in range(prices.shape[1]))) - 10 * prices.shape[1]
+    for m in range(prices.shape[1]):  # legend: a colour swatch, then the slot's name
+        colour = _COLOURS[m % len(_COLOURS)]
+        img[4:12, x: x + 8] = colour
+        x = _draw_text(img, x + 10, 2, f"M{m}", ink) + 8
+    # Bottom panel: equity, scaled to its range, with its min and max labelled.
+    lo, hi = (float(equity.min()), float(equity.max())) if len(equity) else (0.0, 1.0)
     pad = max(0.01 * abs(hi), 1.0)
-    _draw_series(img, top_h + 2, height - top_h - 4, equity, lo - pad, hi + pad, np.array([20, 20, 20], np.uint8))
+    lo, hi = lo - pad, hi + pad
+    _draw_text(img, left, eq0 - 18, "EQUITY (USD)", ink)
+    for value, row in ((hi, eq0), (lo, eq0 + eq_h - 1), ((lo + hi) / 2, eq0 + (eq_h - 1) // 2)):
+        plot[row] = grid
+        label = _money(value)
+        _draw_text(img, max(0, left - 6 - _text_width(label)), row - 5, label, ink)
+    if len(equity):
+        _draw_series(plot, eq0, eq_h, equity, lo, hi, ink)
+    # Axes: a left edge for each panel and the tick axis under the equity panel.
+    img[top0: top0 + top_h, left - 1] = axis
+    img[eq0: eq0 + eq_h, left - 1] = axis
+    img[eq0 + eq_h, left - 1: right] = axis
+    ticks = max(len(equity), len(prices)) - 1
+    for k in range(5):
+        col = left + int(k * (right - left - 1) / 4)
+        img[eq0 + eq_h: eq0 + eq_h + 4, col] = axis
+        label = str(round(k * max(ticks, 0) / 4))
+        _draw_text(img, min(col - _text_width(label) // 2, width - _text_width(label)), eq0 + eq_h + 6, label, ink)
+    _draw_text(img, left + (right - left) // 2 - _text_width("TICK") // 2 - 60, height - 10, "TICK (SIMULATED HOUR)",
+               ink, scale=1)
     return img

@@ -131,7 +131,12 @@ class RLAIFMultiAgentEnv:
         return len(self.possible_agents)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start a new world; every agent gets a fresh account. Returns (observations, infos)."""
+        """Start a new world; every agent gets a fresh account. Returns (observations, infos).
+
+        `options` is accepted and ignored: PettingZoo's API requires `reset` to take any options (its
+        `parallel_api_test` passes some), and the world comes from the config at construction and the
+        seed. (The single-agent Gymnasium faces refuse options instead; see `check_reset_options`.)
+        """
         if seed is not None or self._np_random is None:
             self._np_random, _ = seeding.np_random(seed)
         self.world = sim.reset(self.params, sim.draw_keys(self._np_random, 1))

@@ -18,7 +18,7 @@ from ..encoding import decode_actions
 from ..errors import ConfigError, InvalidActionError, ResetNeeded
 from ..rewards.composite import RewardFunction
 from .behavior import BatchBehavior
-from .core import CoreStep, RLAIFCore
+from .core import CoreStep, RLAIFCore, check_reset_options
 from .dashboard import render_ansi, render_chart
 
 __all__ = ["EnvSnapshot", "RLAIFEnv"]
@@ -93,7 +93,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     | `market{i}.yes_value`, `no_value` | [0, 10] | holdings at market / starting_cash |
     | `market{i}.news_signal`, `post_signal`, `group_signal` | [-1, 1] | decayed evidence, + = YES |
     | `market{i}.npc_flow` | [-1, 1] | NPC net YES buying last tick / liquidity |
-    | `perp{j}.return`, `momentum`, `funding`, `news_signal` | [-1, 1] | price action, funding, leaks |
+    | `perp{j}.price_change`, `momentum`, `funding`, `news_signal` | [-1, 1] | price action, funding, leaks |
     | `perp{j}.position`, `unrealized` | [-10, 10] | own position and PnL / starting_cash |
     | `perp{j}.leverage` | [0, 1] | own leverage / max_leverage |
     | `group{g}.joined` | {0, 1} | membership |
@@ -194,7 +194,11 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     # -- Gymnasium API ---------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start a new episode; the whole episode is a function of the seed and the actions."""
+        """Start a new episode; the whole episode is a function of the seed and the actions.
+
+        `options` must be None or empty (see `check_reset_options`): any other value raises `ConfigError`.
+        """
+        check_reset_options(options)
         super().reset(seed=seed)
         obs = self._core.reset(sim.draw_keys(self.np_random, 1))[0]
         self._feedback, self._done = None, False

@@ -23,7 +23,7 @@ from .. import sim
 from ..config import RLAIFEnvConfig
 from ..errors import InvalidActionError, ResetNeeded
 from .behavior import BatchBehavior
-from .core import RLAIFCore
+from .core import RLAIFCore, check_reset_options
 
 __all__ = ["RLAIFVectorEnv"]
 
@@ -66,7 +66,11 @@ class RLAIFVectorEnv(VectorEnv):
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
 
     def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None):
-        """Reset every world. An int seed gives world i the seed `seed + i`, as SyncVectorEnv does."""
+        """Reset every world. An int seed gives world i the seed `seed + i`, as SyncVectorEnv does.
+
+        `options` must be None or empty (see `check_reset_options`).
+        """
+        check_reset_options(options)
         if seed is None:
             seeds: list[int | None] = [None] * self.num_envs
         elif isinstance(seed, (int, np.integer)):

@@ -360,7 +360,8 @@ def policy_metrics(trajectories) -> dict[str, Any]:
 def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: int = 4, seed: int = 0,
                 temperature: float = 0.7, constrain: str | None = "gbnf", install: bool = True,
                 overwrite: bool = False, timeout: float = 300.0, port: int | None = None, logprobs: bool = False,
-                env_config: dict[str, Any] | None = None, log: Callable[[str], None] = print):
+                env_config: dict[str, Any] | None = None, log: Callable[[str], None] = print,
+                progress: bool | str = True):
     """`rlaif-gym serve-local`: a short rollout of a real model served locally. Returns the `CollectionSummary`.
 
     Installs the local model when missing (unless `install=False`), starts `LocalLLMServer`, collects
@@ -368,6 +369,7 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
     `OpenAIChatAgent`, and stops the server by its PID whatever happens (an error, Ctrl-C, SIGTERM).
     `logprobs` is off by default: llama-cpp-python computes them in Python over the whole 49k-token
     vocabulary, which costs more than generating the token (about 0.1 s per token on this project's machine).
+    `progress`: as `RolloutCollector`'s (a live bar on a terminal, a line every 5 s elsewhere).
     """
     from ..agents import OpenAIChatAgent
     from ..rollout import RolloutCollector
@@ -399,7 +401,7 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
                                     max_tokens=reply_max_chars(limits), timeout=timeout, max_retries=1,
                                     constrain=constrain, grammar_limits=limits, name=f"{server.alias}-local")
             collector = RolloutCollector(agent, sink=JsonlStore(out), env_config=env_config, num_envs=num_envs,
-                                         max_ticks=max_ticks, run_name=out.name or "local-llm")
+                                         max_ticks=max_ticks, run_name=out.name or "local-llm", progress=progress)
             summary = collector.collect(episodes, seed)
             if interrupted():  # the KeyboardInterrupt was swallowed on the way; the run ended anyway
                 raise KeyboardInterrupt("interrupted")

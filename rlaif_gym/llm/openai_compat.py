@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import os
 import warnings
 from typing import Any
@@ -34,6 +35,8 @@ from ..errors import DependencyNotInstalled
 from .types import Completion, LLMError, SamplingParams
 
 __all__ = ["OpenAIChatClient", "redact_url"]
+
+_log = logging.getLogger(__name__)
 
 
 def redact_url(url: str | None) -> str | None:
@@ -141,7 +144,7 @@ class OpenAIChatClient:
             # Bounded: closing a pool whose request was just cancelled (Ctrl-C mid-call) can wait on
             # that connection; an interrupted run must still exit (the OS reclaims the sockets).
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(client.close(), timeout=5.0)
+                await asyncio.wait_for(client.close(), timeout=1.0)
 
     async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
         """One completion, retried on transient failures; raises `LLMError` when it gives up."""
@@ -167,22 +170,27 @@ class OpenAIChatClient:
             except openai.BadRequestError as exc:
                 if "logprobs" in kwargs and "logprob" in str(exc).lower():
                     self._logprobs_supported = False
+                    _log.warning("the server at %s refused logprobs (%s); calls go on without them",
+                                 self.base_url, self._message(exc)[:120])
                     attempt -= 1
                     continue
                 raise LLMError(self._message(exc), type_="BadRequestError", status_code=exc.status_code,
                                attempts=attempt) from None
             except (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
                     openai.InternalServerError, openai.APIResponseValidationError, ValueError) as exc:
-                status = getattr(exc, "status_code", None)
+                status, reason = getattr(exc, "status_code", None), self._message(exc)
                 if attempt > self.max_retries:
                     raise LLMError(self._message(exc), type_=type(exc).__name__, status_code=status, retryable=True,
                                    attempts=attempt) from None
             except openai.APIStatusError as exc:
-                retryable = exc.status_code >= 500 or exc.status_code == 429
+                retryable, reason = exc.status_code >= 500 or exc.status_code == 429, self._message(exc)
                 if not retryable or attempt > self.max_retries:
                     raise LLMError(self._message(exc), type_=type(exc).__name__, status_code=exc.status_code,
                                    retryable=retryable, attempts=attempt) from None
             delay = self.backoff * (2 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
+            if _log.isEnabledFor(logging.INFO):
+                _log.info("call to %s failed (%s); retry %d of %d in %.2f s", self.base_url,
+                          reason[:160], attempt, self.max_retries, delay)
             await asyncio.sleep(delay)
 
     def _redact(self, text: str) -> str:

@@ -24,7 +24,7 @@ from ..metrics import to_jsonable
 from .analysis import RunReport, analyze_run, load_run
 from .baselines import BASELINE_AGENTS, BUY_AND_HOLD, BaselineCurves, baseline_curves
 from .replay import ReplayError, replay, replay_many
-from .tables import Row, summary_rows
+from .tables import Row, headline, summary_rows
 
 __all__ = [
     "BASELINE_AGENTS",
@@ -36,9 +36,11 @@ __all__ = [
     "RunReport",
     "analyze_run",
     "baseline_curves",
+    "headline",
     "load_run",
     "replay",
     "replay_many",
+    "require_report_extra",
     "summary_rows",
     "write_report",
 ]
@@ -61,17 +63,25 @@ class ReportFiles:
     metrics: Path
 
 
+def require_report_extra() -> None:
+    """Raise `DependencyNotInstalled` (naming the `[plots]` extra) unless matplotlib and jinja2 import."""
+    from .html import _jinja
+    from .plots import require_matplotlib
+
+    require_matplotlib()
+    _jinja()
+
+
 def write_report(runs: Sequence[RunReport], out_dir: str | os.PathLike[str]) -> ReportFiles:
     """Write the plots, report.html and metrics.json for one run, or several side by side, into `out_dir`.
 
     Raises:
         DependencyNotInstalled: matplotlib or jinja2 is missing: pip install "rlaif-gym[plots]".
     """
-    from .html import _jinja, render_html
-    from .plots import require_matplotlib, write_plots
+    from .html import render_html
+    from .plots import write_plots
 
-    require_matplotlib()
-    _jinja()  # both checked before anything is written
+    require_report_extra()  # checked before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plots = write_plots(runs, out)

@@ -28,15 +28,16 @@ from ..metrics import TICKS_PER_YEAR, to_jsonable
 from ..trajectory import LLMCall, Trajectory
 from .analysis import RunReport
 from .plots import PLOTS
-from .tables import episode_rows, summary_rows
+from .tables import episode_rows, headline, summary_rows
 
 __all__ = ["DEFINITIONS", "render_html", "viewer_data"]
 
 DEFINITIONS = (
     f"Time: one tick is one simulated hour; ratios are annualised with {TICKS_PER_YEAR} ticks per year and a zero "
-    "risk-free rate, from simple per-tick returns of the equity curve (equity before the first tick and after each).",
-    "Sharpe = mean / sample std of per-tick returns x sqrt(ticks per year). Sortino uses the downside deviation "
-    "sqrt(mean(min(r, 0)^2)) instead. Calmar = mean per-tick return x ticks per year / max drawdown. Undefined "
+    "risk-free rate, from the simple per-tick equity changes r = e_t / e_(t-1) - 1 of the equity curve (equity "
+    "before the first tick and after each). Sharpe = mean / sample std of r x sqrt(ticks per year). Sortino uses "
+    "the downside deviation sqrt(mean(min(r, 0)^2)) instead. Calmar = mean r x ticks per year / max drawdown. "
+    "Undefined "
     "ratios (no variance, no losing tick, no drawdown) show n/a and are left out of means.",
     "Max drawdown: the largest fall from the running peak, as a fraction of the peak; its duration is the longest "
     "stretch of ticks spent below the peak (unrecovered: to the end of the episode).",
@@ -126,7 +127,7 @@ def _trajectory(t: Trajectory, run: RunReport, index: int, system: dict[str, int
               for x in (ledger.trades if ledger is not None else ())]
     return {
         "id": t.trajectory_id, "seed": t.seed, "status": t.final_status, "agent": t.agent_id, "pnl": m.pnl,
-        "ret": m.total_return, "reward": m.total_reward, "judge": m.judge_score, "note": m.ledger_note,
+        "pnl_ratio": m.pnl_ratio, "reward": m.total_reward, "judge": m.judge_score, "note": m.ledger_note,
         "errors": list(t.errors), "failed": [_call(c) for c in t.failed_calls], "trades": trades,
         "sys": system.setdefault(sys_text, len(system)), "steps": steps,
     }
@@ -181,12 +182,16 @@ def render_html(runs: Sequence[RunReport], plots: Mapping[str, Path], path: Path
     notes = [f"{r.name}: {n}" for r in runs for n in (*r.metrics.ledger_notes, r.baseline_note) if n]
     plot_items = [{"caption": PLOTS.get(stem, stem), "file": p.name,
                    "data": base64.b64encode(Path(p).read_bytes()).decode("ascii")} for stem, p in plots.items()]
+    # The equity plot leads the page, under the headline; the rest follow the summary table.
+    lead = [item for item, stem in zip(plot_items, plots, strict=True) if stem == "equity"]
+    rest = [item for item, stem in zip(plot_items, plots, strict=True) if stem != "equity"]
     page = template.render(
         csp=csp, version=__version__, title=" vs ".join(r.name for r in runs), css=Markup(css), script=Markup(script),
         runs=[{"name": r.name, "episodes": r.metrics.episodes, "ticks": r.metrics.ticks, "index": i,
                "directory": str(r.directory) if r.directory else "", "episode_rows": episode_rows(r.metrics)}
               for i, r in enumerate(runs)],
-        groups=groups, notes=notes, plots=plot_items, definitions=DEFINITIONS, data=_pack(viewer_data(runs)),
+        groups=groups, notes=notes, lead_plots=lead, plots=rest, headlines=[headline(r) for r in runs],
+        definitions=DEFINITIONS, data=_pack(viewer_data(runs)),
     )
     path.write_text(page, encoding="utf-8")
     return path

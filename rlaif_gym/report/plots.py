@@ -167,12 +167,17 @@ def plot_components(runs: Sequence[RunReport], path: Path) -> Path:
     smooth = f", {window}-tick moving average" if window > 1 else ""
     ax.set_title(f"Reward components over ticks{smooth}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2, loc="best")
+    # Beside the axes, never over the lines (the constrained layout makes room for it).
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return _save(fig, path)
 
 
 def plot_component_distributions(runs: Sequence[RunReport], path: Path) -> Path:
-    """A histogram of each component's per-tick values, one panel per component, runs overlaid."""
+    """A histogram of each component's per-tick values, one panel per component, runs overlaid.
+
+    Each run's histogram shows the fraction of its ticks per bin (it sums to 1), so runs of different
+    sizes compare directly.
+    """
     names = _component_names(runs) or ["(none)"]
     ncols = min(len(names), 3)
     nrows = math.ceil(len(names) / ncols)
@@ -188,15 +193,16 @@ def plot_component_distributions(runs: Sequence[RunReport], path: Path) -> Path:
         bins = np.linspace(lo, hi, 31)
         for i, (run, v) in enumerate(zip(runs, values, strict=True)):
             if len(v):
-                ax.hist(v, bins=bins, histtype="step", linewidth=1.6, color=_color(i), label=run.name)
+                ax.hist(v, bins=bins, weights=np.full(len(v), 1.0 / len(v)), histtype="step", linewidth=1.6,
+                        color=_color(i), label=f"{run.name} ({len(v)} ticks)")
         ax.set_title(name, fontsize=10)
-        ax.set_ylabel("ticks", fontsize=8)
+        ax.set_ylabel("fraction of ticks", fontsize=8)
         ax.grid(alpha=0.3)
         if len(runs) > 1:
             ax.legend(fontsize=7)
     for k in range(len(names), nrows * ncols):
         axes[k // ncols, k % ncols].set_visible(False)
-    fig.suptitle("Distribution of the raw reward components (all ticks)")
+    fig.suptitle("Distribution of the raw reward components (fraction of each run's ticks)")
     return _save(fig, path)
 
 
@@ -218,8 +224,8 @@ def plot_reward_vs_pnl(runs: Sequence[RunReport], path: Path) -> Path:
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.axvline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("final PnL (USD)")
-    ax.set_ylabel("episode reward (sum over ticks)")
-    ax.set_title("Does the return agree with the money? One point per episode")
+    ax.set_ylabel("episode return (sum of rewards)")
+    ax.set_title("Does the return (reward sum) agree with the money? One point per episode")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)

@@ -1,6 +1,8 @@
 """The summary table shared by the terminal (rich) and the HTML page: one row per metric, one column per run.
 
-With two runs a third column holds the difference B - A for numeric rows.
+With two runs a third column holds the difference B - A for numeric rows; for the means over episodes
+(PnL, PnL %, episode reward, judge score) it comes with a 95% confidence interval (Welch's t), so
+runs of different sizes compare honestly.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from ..metrics import TICKS_PER_YEAR, RunMetrics
 from .analysis import RunReport
 from .baselines import BASELINE_AGENTS, BUY_AND_HOLD
 
-__all__ = ["Row", "fmt_number", "summary_rows"]
+__all__ = ["Row", "diff_ci", "fmt_number", "headline", "mean_ci", "summary_rows"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,51 @@ class Row:
     label: str
     values: list[str]
     delta: str = ""
+
+
+# Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96 is within 2%).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def _t975(df: float) -> float:
+    if not df >= 1:
+        return math.nan
+    return _T975[int(df) - 1] if df < 31 else 1.96
+
+
+def _finite_values(values: Sequence[float | None]) -> np.ndarray:
+    arr = np.array([v for v in values if v is not None], dtype=float)
+    return arr[np.isfinite(arr)]
+
+
+def mean_ci(values: Sequence[float | None]) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of the finite values and its 95% t-interval (NaN bounds below 2 values)."""
+    v = _finite_values(values)
+    if len(v) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(v.mean())
+    if len(v) < 2:
+        return mean, math.nan, math.nan
+    half = _t975(len(v) - 1) * float(v.std(ddof=1)) / math.sqrt(len(v))
+    return mean, mean - half, mean + half
+
+
+def diff_ci(a: Sequence[float | None], b: Sequence[float | None]) -> tuple[float, float, float]:
+    """(mean(b) - mean(a), low, high): Welch's 95% interval for a difference of means of two samples."""
+    va, vb = _finite_values(a), _finite_values(b)
+    if len(va) == 0 or len(vb) == 0:
+        return math.nan, math.nan, math.nan
+    d = float(vb.mean() - va.mean())
+    if len(va) < 2 or len(vb) < 2:
+        return d, math.nan, math.nan
+    sa, sb = float(va.var(ddof=1)) / len(va), float(vb.var(ddof=1)) / len(vb)
+    se = math.sqrt(sa + sb)
+    if se == 0:
+        return d, d, d
+    df = (sa + sb) ** 2 / (sa ** 2 / (len(va) - 1) + sb ** 2 / (len(vb) - 1))
+    half = _t975(df) * se
+    return d, d - half, d + half
 
 
 def fmt_number(value: float | int | str | None, kind: str = "num") -> str:
@@ -92,12 +139,12 @@ def _specs(runs: Sequence[RunReport]) -> list[tuple[str, str, _Getter, str]]:
         ("Outcome", "mean final PnL (USD)", _m("mean_pnl"), "usd"),
         ("Outcome", "median final PnL (USD)", _m("median_pnl"), "usd"),
         ("Outcome", "std of final PnL (USD)", _m("std_pnl"), "money"),
-        ("Outcome", "mean return", _m("mean_return"), "pct"),
-        ("Outcome", "mean episode reward (sum over ticks)", _m("mean_total_reward"), "num"),
-        ("Outcome", "Spearman: episode reward vs PnL", _m("reward_pnl_correlation"), "num"),
+        ("Outcome", "mean PnL % of starting cash", _m("mean_pnl_ratio"), "pct"),
+        ("Outcome", "mean return (sum of rewards per episode)", _m("mean_total_reward"), "num"),
+        ("Outcome", "Spearman: return vs PnL", _m("reward_pnl_correlation"), "num"),
         ("Risk", f"Sharpe (annualised, {TICKS_PER_YEAR} ticks/yr)", _m("sharpe"), "ratio"),
         ("Risk", "Sortino (annualised)", _m("sortino"), "ratio"),
-        ("Risk", "Calmar (annualised mean return / max DD)", _m("calmar"), "ratio"),
+        ("Risk", "Calmar (annualised mean per-tick equity change / max DD)", _m("calmar"), "ratio"),
         ("Risk", "mean max drawdown", _m("mean_max_drawdown"), "pct"),
         ("Risk", "worst max drawdown", _m("worst_max_drawdown"), "pct"),
         ("Risk", "mean longest drawdown (ticks)", _m("mean_drawdown_ticks"), "ratio"),
@@ -148,19 +195,59 @@ def _specs(runs: Sequence[RunReport]) -> list[tuple[str, str, _Getter, str]]:
     return specs
 
 
+# Rows that are means over episodes: the per-episode value behind each, for confidence intervals.
+_PER_EPISODE = {
+    "mean final PnL (USD)": "pnl",
+    "mean PnL % of starting cash": "pnl_ratio",
+    "mean return (sum of rewards per episode)": "total_reward",
+    "mean judge score": "judge_score",
+}
+
+
+def _per_episode(run: RunReport, attr: str) -> list[float | None]:
+    return [getattr(m, attr) for m in run.metrics.episodes_detail]
+
+
+def _fmt_delta(d: float, kind: str) -> str:
+    return {"pct": fmt_number(d, "dpct"), "usd": fmt_number(d, "usd"), "money": fmt_number(d, "usd")}.get(
+        kind, f"{d:+,.3f}")
+
+
 def summary_rows(runs: Sequence[RunReport]) -> list[Row]:
-    """Every summary row for `runs` (one value per run; the B - A delta when there are two)."""
+    """Every summary row for `runs` (one value per run; the B - A delta when there are two).
+
+    For the means over episodes (`_PER_EPISODE`), the delta is Welch's difference of means with its 95%
+    confidence interval, "+12.30 (95% CI -4.10 to +28.70)", whatever the two runs' sizes.
+    """
     rows = []
     for group, label, get, kind in _specs(runs):
         raw = [get(r) for r in runs]
         values = [str(v) if kind == "text" else fmt_number(v, kind) for v in raw]
         delta = ""
         if len(runs) == 2 and kind != "text" and all(_finite(v) for v in raw):
-            d = float(raw[1]) - float(raw[0])
-            delta = {"pct": fmt_number(d, "dpct"), "usd": fmt_number(d, "usd"),
-                     "money": fmt_number(d, "usd")}.get(kind, f"{d:+,.3f}")
+            attr = _PER_EPISODE.get(label)
+            if attr is not None:
+                _, lo, hi = diff_ci(_per_episode(runs[0], attr), _per_episode(runs[1], attr))
+                delta = _fmt_delta(float(raw[1]) - float(raw[0]), kind)
+                if math.isfinite(lo):
+                    delta += f" (95% CI {_fmt_delta(lo, kind)} to {_fmt_delta(hi, kind)})"
+            else:
+                delta = _fmt_delta(float(raw[1]) - float(raw[0]), kind)
         rows.append(Row(group, label, values, delta))
     return rows
+
+
+def headline(run: RunReport) -> str:
+    """One line a reader sees first: episodes and outcome, mean PnL with its 95% CI, the return, validity."""
+    m = run.metrics
+    pnl, lo, hi = mean_ci(_per_episode(run, "pnl"))
+    ci = f" (95% CI {fmt_number(lo, 'usd')} to {fmt_number(hi, 'usd')})" if math.isfinite(lo) else ""
+    statuses = ", ".join(f"{v} {k}" for k, v in m.statuses.items())
+    parts = [f"{m.episodes} episodes ({statuses})", f"mean PnL {fmt_number(pnl, 'usd')} USD{ci}",
+             f"mean return {fmt_number(m.mean_total_reward)}",
+             f"Spearman return vs PnL {fmt_number(m.reward_pnl_correlation)}",
+             f"format-valid {fmt_number(m.format_valid_rate, 'pct')}"]
+    return f"{run.name}: " + " · ".join(parts)
 
 
 def _finite(v: object) -> bool:
@@ -173,7 +260,7 @@ def episode_rows(metrics: RunMetrics) -> list[dict[str, str]]:
     for m in metrics.episodes_detail:
         out.append({
             "id": m.trajectory_id, "seed": "" if m.seed is None else str(m.seed), "status": m.status,
-            "ticks": str(m.ticks), "pnl": fmt_number(m.pnl, "usd"), "return": fmt_number(m.total_return, "pct"),
+            "ticks": str(m.ticks), "pnl": fmt_number(m.pnl, "usd"), "pnl_pct": fmt_number(m.pnl_ratio, "pct"),
             "sharpe": fmt_number(m.sharpe, "ratio"), "max_dd": fmt_number(m.max_drawdown, "pct"),
             "trades": fmt_number(m.trades, "int"), "win_rate": fmt_number(m.win_rate, "pct"),
             "fees": fmt_number(m.fees, "money"), "valid": fmt_number(m.format_valid_rate, "pct"),

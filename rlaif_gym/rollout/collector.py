@@ -33,12 +33,13 @@ either backend.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 
@@ -56,7 +57,10 @@ from ..trajectory import (
     TrajectoryStep,
     sim_timestamp_ms,
 )
-from .quality import summarize_quality, validate_trajectory
+from .progress import ProgressDisplay, progress_mode
+from .quality import QualityTally, validate_trajectory
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["CollectionSummary", "EpisodeSpec", "ForkGroup", "RolloutCollector", "TrajectorySink", "build_trajectory",
            "call_seed"]
@@ -128,6 +132,19 @@ class CollectionSummary:
     mean_final_pnl: float = 0.0
     quality: dict = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    """The first `MAX_ERRORS` error lines (the trajectories hold them all)."""
+    errors_omitted: int = 0
+    """Error lines beyond `MAX_ERRORS`, counted but not kept (a long outage stays bounded in memory)."""
+
+    MAX_ERRORS: ClassVar[int] = 100
+
+    def add_errors(self, lines: Iterable[str]) -> None:
+        """Keep the first `MAX_ERRORS` error lines; count the rest."""
+        for line in lines:
+            if len(self.errors) < self.MAX_ERRORS:
+                self.errors.append(line)
+            else:
+                self.errors_omitted += 1
 
     @property
     def ticks_per_s(self) -> float:
@@ -151,7 +168,8 @@ class RolloutCollector:
         max_concurrent_calls: LLM calls in flight at once (default: num_envs).
         group_size: episodes per env seed (GRPO groups); 1 for plain rollouts.
         run_name: prefix of trajectory and group ids.
-        progress: show a live progress display (rich, when installed and stderr is a terminal).
+        progress: show progress on stderr (`rollout.progress`): True or "auto" (a live bar on a
+            terminal, a plain line every few seconds elsewhere), "live", "lines", or False.
         max_ticks: stop each episode after this many ticks (default: the env's num_ticks).
         on_trajectory: called with each finished trajectory (after the sink).
         backend: None (or "local") runs episodes in this process; a `RayBackend` runs them on Ray
@@ -161,7 +179,7 @@ class RolloutCollector:
     def __init__(self, agent: LLMAgent, *, sink: TrajectorySink | None = None, env_id: str = "RLAIF-Text-v0",
                  env_config: RLAIFEnvConfig | Mapping[str, Any] | None = None, num_envs: int = 8,
                  max_concurrent_calls: int | None = None, group_size: int = 1, run_name: str = "run",
-                 progress: bool = False, max_ticks: int | None = None,
+                 progress: bool | str = False, max_ticks: int | None = None,
                  on_trajectory: Callable[[Trajectory], None] | None = None, backend: Any = None) -> None:
         if num_envs < 1 or group_size < 1:
             raise ConfigError(f"num_envs and group_size must be >= 1, got {num_envs} and {group_size}")
@@ -174,6 +192,7 @@ class RolloutCollector:
         self.group_size = group_size
         self.run_name = run_name
         self.progress = progress
+        progress_mode(progress)  # a bad value fails here, not after the plan
         self.max_ticks = max_ticks
         self.on_trajectory = on_trajectory
         if backend == "local":
@@ -316,6 +335,9 @@ class RolloutCollector:
             done_ids = set(self.sink.completed_ids())
         todo = [s for s in specs if s.trajectory_id not in done_ids]
         summary.skipped_existing = len(specs) - len(todo)
+        if summary.skipped_existing:
+            _log.info("resume: %d of %d planned episodes are already stored and are skipped", summary.skipped_existing,
+                      len(specs))
         units: list[EpisodeSpec | ForkGroup] = list(todo)
         if fork_plan is not None:
             wanted = {s.trajectory_id for s in todo}
@@ -323,60 +345,76 @@ class RolloutCollector:
                      for g in fork_plan]
             units = [g for g in units if g.members]
 
-        returns: list[float] = []
-        pnls: list[float] = []
-        qualities: list[dict] = []
-        display = _Progress(self.progress, len(todo))
+        # Running totals, never per-trajectory lists: a collection of 100,000 trajectories runs in bounded memory.
+        return_sum = pnl_sum = 0.0
+        counted = 0
+        qualities = QualityTally()
+        limit = self.max_ticks or self.config.num_ticks
+        if fork_plan is None:
+            planned_ticks = len(todo) * limit
+        else:  # each group's trunk once, then its branches from the fork tick
+            planned_ticks = sum(g.fork_tick + len(g.members) * (limit - g.fork_tick) for g in units)
+        display = ProgressDisplay(progress_mode(self.progress), len(todo), planned_ticks)
         start = time.perf_counter()
 
         def record(traj: Trajectory) -> None:
+            nonlocal return_sum, pnl_sum, counted
             try:
                 self._emit(traj)
             except Exception as exc:  # one trajectory the sink refused (disk full, ...) never ends the run
                 summary.failed += 1  # not stored: a resumed run plays it again
-                summary.errors.append(f"{traj.trajectory_id}: could not store the trajectory: {type(exc).__name__}: "
-                                      f"{exc}")
-                display.episode_done(traj)
+                error = f"{traj.trajectory_id}: could not store the trajectory: {type(exc).__name__}: {exc}"
+                summary.add_errors([error])
+                _log.warning("%s", error)
+                display.episode_done(True, _unplayed(traj, limit, fork_plan is not None))
                 return
             summary.steps += len(traj.steps)
             summary.llm_calls += sum(len(s.llm_calls) for s in traj.steps) + len(traj.failed_calls)
             summary.failed_calls += len(traj.failed_calls)
             if traj.final_status == "failed":
                 summary.failed += 1
-                summary.errors.extend(f"{traj.trajectory_id}: {e}" for e in traj.errors)
+                summary.add_errors(f"{traj.trajectory_id}: {e}" for e in traj.errors)
+                _log.info("episode %s failed: %s", traj.trajectory_id, "; ".join(traj.errors)[:300])
             else:
                 summary.completed += 1
                 summary.bankrupt += traj.final_status == "bankrupt"
-            returns.append(traj.total_reward)
-            pnls.append(traj.final_pnl)
-            qualities.append(traj.quality)
-            display.episode_done(traj)
+            return_sum += traj.total_reward
+            pnl_sum += traj.final_pnl
+            counted += 1
+            qualities.add(traj.quality)
+            display.episode_done(traj.final_status == "failed", _unplayed(traj, limit, fork_plan is not None))
 
         try:
             with display:
                 if self.backend is not None:
                     async for traj in self.backend.stream(self, units, include_trunk):
                         display.ticks += len(traj.steps)
+                        display.calls += len(traj.steps) + len(traj.failed_calls)
+                        display.failed_calls += len(traj.failed_calls)
                         record(traj)
                 else:
                     async for traj in self.run_units(units, include_trunk, display):
                         record(traj)
+        except asyncio.CancelledError:  # Ctrl-C (asyncio.run cancels this task): finished episodes are stored
+            display.note(f"interrupted: stopping the episodes in flight; the {summary.completed + summary.failed} "
+                         "finished ones are stored (the same command with --resume plays the rest)")
+            raise
         finally:
             await self.agent.aclose()
         summary.wall_s = time.perf_counter() - start
-        summary.mean_return = sum(returns) / len(returns) if returns else 0.0
-        summary.mean_final_pnl = sum(pnls) / len(pnls) if pnls else 0.0
-        summary.quality = summarize_quality(qualities)
+        summary.mean_return = return_sum / counted if counted else 0.0
+        summary.mean_final_pnl = pnl_sum / counted if counted else 0.0
+        summary.quality = qualities.summary()
         return summary
 
     async def run_units(self, units: list[EpisodeSpec | ForkGroup], include_trunk: bool = False,
-                        display: _Progress | None = None) -> AsyncIterator[Trajectory]:
+                        display: ProgressDisplay | None = None) -> AsyncIterator[Trajectory]:
         """Run episodes and fork groups concurrently in this process; yield each trajectory as it finishes.
 
         At most `num_envs` envs step at once and at most `max_concurrent_calls` LLM calls are in
         flight. This is what every backend runs (a Ray actor runs it on its share of the units).
         """
-        display = display or _Progress(False, 0)
+        display = display or ProgressDisplay(None, 0, 0)
         self._episode_slots = asyncio.Semaphore(self.num_envs)
         self._call_slots = asyncio.Semaphore(self.max_concurrent_calls)
         queue: asyncio.Queue[Trajectory | None] = asyncio.Queue()  # drained between ticks (see `_play`)
@@ -418,7 +456,7 @@ class RolloutCollector:
         if self.on_trajectory is not None:
             self.on_trajectory(traj)
 
-    async def _episode(self, spec: EpisodeSpec, display: _Progress) -> Trajectory:
+    async def _episode(self, spec: EpisodeSpec, display: ProgressDisplay) -> Trajectory:
         # The passive checker re-validates every character of the first prompt of every episode; the env
         # itself passes Gymnasium's full check_env in the test suite.
         env = gym.make(self.env_id, config=self.config, disable_env_checker=True)
@@ -432,7 +470,7 @@ class RolloutCollector:
                                 time.perf_counter() - wall0)
 
     async def _fork_group(self, group: ForkGroup, include_trunk: bool,
-                          display: _Progress) -> AsyncIterator[Trajectory]:
+                          display: ProgressDisplay) -> AsyncIterator[Trajectory]:
         """Play the trunk to the fork tick, fork the env, and play every branch on (concurrently)."""
         trunk_spec = EpisodeSpec(f"{group.members[0].group_id}-trunk", group.env_seed, 0, group.members[0].group_id)
         env = gym.make(self.env_id, config=self.config, disable_env_checker=True)
@@ -478,7 +516,7 @@ class RolloutCollector:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _play(self, env: Any, spec: EpisodeSpec, display: _Progress, start: _Start | None, limit: int):
+    async def _play(self, env: Any, spec: EpisodeSpec, display: ProgressDisplay, start: _Start | None, limit: int):
         """Step `env` with the agent from reset (or from `start`) until tick `limit` or the episode ends.
 
         Returns (steps, failed_calls, errors, status, end): `end` is where play stopped (a `_Start`
@@ -513,6 +551,7 @@ class RolloutCollector:
                                                              seed=call_seed(spec.env_seed, spec.member, t),
                                                              call_id=f"{spec.trajectory_id}-t{t}")
                 except LLMError as exc:
+                    display.call_failed()
                     failed_calls.append(exc.record)  # type: ignore[attr-defined]
                     errors.append(f"tick {t}: policy call failed after {exc.attempts} attempt(s): "
                                   f"{exc.type}: {exc}")
@@ -597,49 +636,7 @@ def _policy(agent: Any) -> Any:
     return {k: agent.get(k) for k in ("name", "kind", "model", "sampling", "constrain", "grammar_limits")}
 
 
-class _Progress:
-    """A live display of ticks/s, episodes, errors and mean reward (rich), or nothing."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled, self.total = enabled, total
-        self.ticks = self.episodes = self.failed = 0
-        self.reward_sum = 0.0
-        self._progress = self._task = None
-        self._start = time.perf_counter()
-
-    def __enter__(self) -> _Progress:
-        if self.enabled:
-            try:
-                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-            except ImportError:
-                self.enabled = False
-                return self
-            self._progress = Progress(TextColumn("[bold]episodes"), BarColumn(), MofNCompleteColumn(),
-                                      TimeElapsedColumn(), TextColumn("{task.fields[stats]}"), transient=False)
-            self._progress.__enter__()
-            self._task = self._progress.add_task("collect", total=self.total, stats="")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._refresh()
-            self._progress.__exit__(*exc)
-
-    def tick(self, reward: float) -> None:
-        self.ticks += 1
-        self.reward_sum += reward
-        if self._progress is not None and self.ticks % 16 == 0:
-            self._refresh()
-
-    def episode_done(self, traj: Trajectory) -> None:
-        self.episodes += 1
-        self.failed += traj.final_status == "failed"
-        if self._progress is not None:
-            self._progress.update(self._task, completed=self.episodes)
-            self._refresh()
-
-    def _refresh(self) -> None:
-        rate = self.ticks / max(time.perf_counter() - self._start, 1e-9)
-        mean = self.reward_sum / self.ticks if self.ticks else 0.0
-        self._progress.update(self._task, stats=f"{rate:6.1f} ticks/s  failed {self.failed}  "
-                                                f"mean reward {mean:+.3f}")
+def _unplayed(traj: Trajectory, limit: int, forked: bool) -> int:
+    """Ticks of the plan an episode that ended early will never play (0 for a fork branch: its share
+    of the trunk is not known here, so the plan shrinks only for plain episodes)."""
+    return 0 if forked else max(0, limit - len(traj.steps))

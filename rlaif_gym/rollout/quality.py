@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ..trajectory import Trajectory
 
-__all__ = ["QualityReport", "summarize_quality", "validate_trajectory"]
+__all__ = ["QualityReport", "QualityTally", "summarize_quality", "validate_trajectory"]
 
 
 @dataclass
@@ -70,13 +70,31 @@ def validate_trajectory(traj: Trajectory, min_ticks: int = 5, min_quality: float
     return QualityReport(valid=not issues, quality_score=score, issues=issues)
 
 
+class QualityTally:
+    """A running `summarize_quality`: constant memory however many trajectories are added."""
+
+    def __init__(self) -> None:
+        self.trajectories = self.valid = 0
+        self.score_sum = 0.0
+        self.kinds: Counter[str] = Counter()
+
+    def add(self, report: dict) -> None:
+        """Count one `Trajectory.quality` dict."""
+        self.trajectories += 1
+        self.valid += bool(report.get("valid"))
+        self.score_sum += report.get("quality_score", 0.0)
+        self.kinds.update(issue.split(":")[0] for issue in report.get("issues", []))
+
+    def summary(self) -> dict:
+        """Valid count, mean score and the ten most frequent issue kinds."""
+        n = self.trajectories
+        return {"trajectories": n, "valid": self.valid, "mean_quality": self.score_sum / n if n else 0.0,
+                "top_issues": self.kinds.most_common(10)}
+
+
 def summarize_quality(reports: list[dict]) -> dict:
     """Aggregate `Trajectory.quality` dicts: valid count, mean score, the top issue kinds."""
-    kinds = Counter(issue.split(":")[0] for r in reports for issue in r.get("issues", []))
-    n = len(reports)
-    return {
-        "trajectories": n,
-        "valid": sum(1 for r in reports if r.get("valid")),
-        "mean_quality": sum(r.get("quality_score", 0.0) for r in reports) / n if n else 0.0,
-        "top_issues": kinds.most_common(10),
-    }
+    tally = QualityTally()
+    for report in reports:
+        tally.add(report)
+    return tally.summary()

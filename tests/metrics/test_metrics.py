@@ -242,7 +242,7 @@ def _ledger(trades, fees, traded, resolutions=()) -> EpisodeLedger:
 def test_episode_metrics_combine_the_record_and_the_ledger():
     traj = _traj([(100.0, 10.0), (110.0, -11.0), (99.0, 9.9)], seed=3)
     m = episode_metrics(traj)
-    assert (m.pnl, m.total_return, m.ticks, m.seed) == (pytest.approx(8.9), pytest.approx(0.089), 3, 3)
+    assert (m.pnl, m.pnl_ratio, m.ticks, m.seed) == (pytest.approx(8.9), pytest.approx(0.089), 3, 3)
     assert m.sharpe == pytest.approx(math.sqrt(3) / 6 * math.sqrt(8760))
     # 100 110 99 108.9: 11 below the peak of 110, and still under it at the end: 2 ticks
     assert m.max_drawdown == pytest.approx(0.1) and m.drawdown_ticks == 2

@@ -18,7 +18,7 @@ def test_report_prints_the_table_and_writes_the_files(scripted_run, tmp_path, ca
     assert main(["report", str(scripted_run), "--out", str(out)]) == 0
     text = capsys.readouterr().out
     metrics = analyze_run(load_run(scripted_run)).metrics
-    for label in ("mean final PnL (USD)", "Spearman: episode reward vs PnL",
+    for label in ("mean final PnL (USD)", "Spearman: return vs PnL",
                   "Sharpe", "win rate", "Brier score", "format-valid rate", "latency p95",
                   "buy-and-hold", "quality: valid"):
         assert label in text, f"the terminal table lacks {label!r}"

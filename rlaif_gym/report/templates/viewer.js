@@ -104,7 +104,7 @@
     box.appendChild(el("p", null,
       el("span", { class: "badge" + (t.status === "completed" ? "" : " bad") }, t.status),
       " agent ", el("b", null, t.agent), " · seed ", String(t.seed), " · ", String(t.steps.length), " ticks · PnL ",
-      el("b", null, signed(t.pnl, 2) + " USD"), " · return ", signed(t.ret === null ? null : 100 * t.ret, 2) + "% · reward ",
+      el("b", null, signed(t.pnl, 2) + " USD"), " · PnL ", signed(t.pnl_ratio === null ? null : 100 * t.pnl_ratio, 2) + "% of starting cash · reward ",
       num(t.reward, 3), " · judge ", num(t.judge, 3)));
     if (t.note) { box.appendChild(el("p", { class: "muted" }, t.note)); }
     if (t.errors.length || t.failed.length) {
