@@ -220,6 +220,19 @@ def _print_judge(console, result) -> None:
         raise NothingToWriteError(f"the {mode} judge scored nothing: {reason}")
 
 
+def _metric_loggers(tensorboard: Path | None, wandb_project: str | None, run_name: str,
+                    manifest: dict[str, Any]) -> list:
+    """The `--tensorboard` / `--wandb-project` loggers (built before collecting: a missing extra fails now)."""
+    from .integrations.tracking import TensorBoardLogger, WandbLogger
+
+    loggers: list = []
+    if tensorboard is not None:
+        loggers.append(TensorBoardLogger(tensorboard))
+    if wandb_project is not None:
+        loggers.append(WandbLogger(wandb_project, name=run_name, config=manifest))
+    return loggers
+
+
 def _setup_logging(verbose: int) -> None:
     """Log records of the package to stderr: warnings always, INFO with -v, DEBUG with -vv."""
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
@@ -333,6 +346,10 @@ def _build_app():
         judge_mode: JudgeMode = typer.Option(JudgeMode.absolute, help="--judge llm: absolute, listwise or pairwise"),
         judge_base_url: str = typer.Option(None, help="--judge llm: judge server URL (default: --base-url)"),
         judge_model: str = typer.Option(None, help="--judge llm: judge model (default: --model)"),
+        tensorboard: Path = typer.Option(None, file_okay=False, help="also log each trajectory's metrics as "
+                                         "TensorBoard scalars in this directory ([tracking] extra)"),
+        wandb_project: str = typer.Option(None, help="also log each trajectory's metrics to this Weights & Biases "
+                                          "project ([wandb] extra; WANDB_MODE=offline keeps it on disk)"),
     ):
         """Collect trajectories: the main job. The API key is read from $OPENAI_API_KEY and never written."""
         from .agents import OpenAIChatAgent, ScriptedLLMAgent
@@ -379,6 +396,10 @@ def _build_app():
                                      max_concurrent_calls=max_concurrent_calls, group_size=group_size,
                                      run_name=out.name or "run", progress=progress,
                                      max_ticks=max_ticks, backend=backend)
+        loggers = _metric_loggers(tensorboard, wandb_project, out.name or "run",
+                                  collector.manifest(episodes, seed, fork_tick))
+        if loggers:
+            collector.on_trajectory = lambda traj: [log(traj) for log in loggers]
         judge_client = None
         if judge is JudgeKind.llm:  # built before collecting, so a missing judge model fails fast; its own
             # client (same class and server as the policy by default), never the policy's constrained one
@@ -392,6 +413,8 @@ def _build_app():
         finally:
             if backend is not None:
                 backend.shutdown()
+            for log in loggers:
+                log.close()
         if parquet:
             from .storage import write_parquet
 

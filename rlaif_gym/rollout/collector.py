@@ -171,7 +171,9 @@ class RolloutCollector:
         progress: show progress on stderr (`rollout.progress`): True or "auto" (a live bar on a
             terminal, a plain line every few seconds elsewhere), "live", "lines", or False.
         max_ticks: stop each episode after this many ticks (default: the env's num_ticks).
-        on_trajectory: called with each finished trajectory (after the sink).
+        on_trajectory: called with each finished trajectory once the sink holds it (e.g. a
+            `rlaif_gym.integrations.tracking` logger); an exception in it is reported in the summary's
+            errors and logged, and the run goes on.
         backend: None (or "local") runs episodes in this process; a `RayBackend` runs them on Ray
             actors (num_envs and max_concurrent_calls then apply per actor).
     """
@@ -368,6 +370,7 @@ class RolloutCollector:
                 _log.warning("%s", error)
                 display.episode_done(True, _unplayed(traj, limit, fork_plan is not None))
                 return
+            self._notify(traj, summary)
             summary.steps += len(traj.steps)
             summary.llm_calls += sum(len(s.llm_calls) for s in traj.steps) + len(traj.failed_calls)
             summary.failed_calls += len(traj.failed_calls)
@@ -453,8 +456,18 @@ class RolloutCollector:
             self.trajectories.append(traj)
         else:
             self.sink.append(traj)
-        if self.on_trajectory is not None:
+
+    def _notify(self, traj: Trajectory, summary: CollectionSummary) -> None:
+        """Call `on_trajectory` (metrics loggers, ...) after the trajectory is stored; its failure is reported,
+        never counted as a failed episode (the trajectory is safe on disk) and never ends the run."""
+        if self.on_trajectory is None:
+            return
+        try:
             self.on_trajectory(traj)
+        except Exception as exc:
+            error = f"{traj.trajectory_id}: the on_trajectory hook failed: {type(exc).__name__}: {exc}"
+            summary.add_errors([error])
+            _log.warning("%s", error)
 
     async def _episode(self, spec: EpisodeSpec, display: ProgressDisplay) -> Trajectory:
         # The passive checker re-validates every character of the first prompt of every episode; the env
