@@ -1,4 +1,4 @@
-"""Print the README's reward-ranking tables: does a higher default return mean a better trader?
+"""Print the reward-ranking tables of docs/reward.md: does a higher default return mean a better trader?
 
     python examples/reward_ranking.py                    # 100 held-out seeds per row, both faces (~15 min, 2 cores)
     python examples/reward_ranking.py --original         # the same policies under reward_scheme="original" too

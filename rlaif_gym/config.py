@@ -45,7 +45,7 @@ class RLAIFEnvConfig(BaseModel):
     market_duration_max: int = Field(72, ge=1, description="Longest market life, ticks.")
     max_leverage: float = Field(10.0, ge=1, le=100, description="Perp leverage cap.")
     funding_interval: int = Field(8, ge=1, description="Ticks between perp funding payments.")
-    perp_volatility: float = Field(0.006, ge=0, lt=0.2, description="Per-tick log-return std of perps.")
+    perp_volatility: float = Field(0.006, ge=0, lt=0.2, description="Per-tick std of the perps' log price change.")
     news_rate: float = Field(0.4, ge=0, le=1, description="Probability of a market news item per tick.")
     post_rate: float = Field(0.7, ge=0, le=1, description="Probability of an NPC post per tick.")
     tip_rate: float = Field(0.1, ge=0, le=1, description="Probability of a tip per group chat per tick.")
@@ -57,7 +57,7 @@ class RLAIFEnvConfig(BaseModel):
     reward_scheme: Literal["skill", "original"] = Field(
         "skill",
         description="skill (default): a return that ranks traders (telescoping PnL, form as a bounded penalty and "
-        "bonus, proportional risk; README 'Reward'). original: Babylon's clipped composite, kept for porting code; its "
+        "bonus, proportional risk; docs/reward.md). original: Babylon's clipped composite, kept for porting code; its "
         "return does not rank skill.",
     )
     pnl_scale: float | None = Field(

@@ -5,7 +5,7 @@ WORLD.md §8's promise, measured: summed over whole episodes on held-out seeds, 
 reference policies (numeric: the baseline agents; text: the offline scripted model, boilerplate,
 random and judge-gaming replies, a social poster) and reports mean return, mean PnL, their standard
 errors and the rank correlation between return and PnL. `examples/reward_ranking.py` prints the
-README's table from it; `tests/test_reward_ranking.py` asserts the orderings on a smaller sample.
+ranking tables of docs/reward.md from it; `tests/test_reward_ranking.py` asserts the orderings on a smaller sample.
 
 Every text policy answers the prompt the env renders (and, where its rule needs ids, the same
 tick's `TickView`): nothing reads the hidden truth except `OracleAgent` in the numeric face.
@@ -168,7 +168,7 @@ EXPECTED_ORDERS: dict[str, list[tuple[str, str]]] = {
     "trader": [*chain(INFORMED, HOLD, RANDOM), (INFORMED, SOCIAL)],
     "social-butterfly": [(SOCIAL, INFORMED), (SOCIAL, HOLD), (SOCIAL, RANDOM)],
 }
-"""The orderings the default return must show (better, worse), per table: the README's ranking table
+"""The orderings the default return must show (better, worse), per table: the ranking tables of docs/reward.md
 and tests/test_reward_ranking.py check these pairs."""
 
 ARCHETYPE_POLICIES: tuple[str, ...] = (INFORMED, SOCIAL, HOLD, RANDOM)

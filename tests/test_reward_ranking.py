@@ -1,9 +1,9 @@
-"""The default return ranks skill (WORLD.md §8), in both faces, on a smaller sample than the README's table.
+"""The default return ranks skill (WORLD.md §8), in both faces, on a smaller sample than the table in docs/reward.md.
 
-The README's table (`examples/reward_ranking.py`, 100 held-out seeds per row) is the claim; these
+The docs' table (docs/reward.md, `examples/reward_ranking.py`, 100 held-out seeds per row) is the claim; these
 tests re-check every ordering it lists (`rlaif_gym.ranking.EXPECTED_ORDERS`) on fewer seeds, with
 the same code, so a change that breaks the ranking fails `make test`. Seeds are fixed and disjoint
-from the README's (which start at 1,000,000).
+from the docs' (which start at 1,000,000).
 """
 
 from __future__ import annotations

@@ -62,8 +62,9 @@ class OpenAIChatAgent(LLMAgent):
     """A policy served by any OpenAI-compatible server (vLLM, llama.cpp, Ollama, hosted APIs).
 
     Args:
-        model, base_url, api_key: see `OpenAIChatClient` (environment variables are the fallback);
-            the key is never recorded.
+        model: the model name on the server (default: $RLAIF_MODEL); see `OpenAIChatClient`.
+        base_url: the server URL, e.g. http://127.0.0.1:8000/v1 (default: $OPENAI_BASE_URL).
+        api_key: the key (default: $OPENAI_API_KEY); it is never recorded.
         temperature, max_tokens, top_p: sampling.
         logprobs: ask for per-token logprobs.
         timeout, max_retries: per attempt / transient failures only.

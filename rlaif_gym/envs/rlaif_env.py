@@ -65,7 +65,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     and group-chat tips carry noisy signals about the outcome, informed NPCs push prices towards the
     truth, and markets resolve during the episode (winning shares pay 1 USD) and reopen with new
     questions. Perp narratives are leaked and rumoured before they move the price. An agent that reads
-    the signals earns more than a random or passive one; see the README's baseline table.
+    the signals earns more than a random or passive one; see the baseline table in docs/training.md.
 
     ## Action Space
     `MultiDiscrete([6, T, 5, 2])` with T = max(num_markets, num_perps, num_groups):
@@ -118,7 +118,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     telescope) less the risk charged, and about -2 on bankruptcy. The text face adds `format`
     (0 for a clean reply, -1 for none) and `reasoning` (in [0, 1]), bounded to 0.125 and 0.075 per
     episode; an `archetype` adds `behavior`. `env.unwrapped.reward_function` applies the weights;
-    `reward_scheme="original"` gives Babylon's clipped composite instead (README, "Reward").
+    `reward_scheme="original"` gives Babylon's clipped composite instead (docs/reward.md).
 
     ## Starting State
     Fresh markets with uninformative opening prices (30-70%), perps near their base prices, NPCs

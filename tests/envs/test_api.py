@@ -179,7 +179,7 @@ def test_config_knows_exactly_the_reward_components():
 
 
 def test_an_episode_has_about_a_dozen_market_resolutions():
-    """The README says 12-14 resolutions per default episode; check the mean over seeds."""
+    """docs/world.md says 12-14 resolutions per default episode; check the mean over seeds."""
     from rlaif_gym.envs import RLAIFCore, seed_keys
 
     core = RLAIFCore(RLAIFEnvConfig(), num_worlds=64)
