@@ -34,6 +34,10 @@ SELL_FRACTIONS = np.array([0.10, 0.25, 0.50, 0.75, 1.00])
 """Fraction of the held shares to sell."""
 
 
+_KIND_CODES = np.asarray(ACTION_KINDS, dtype=np.int64)
+_BUY, _SELL, _PERP = int(ActionType.BUY_PREDICTION), int(ActionType.SELL_PREDICTION), int(ActionType.OPEN_PERP)
+
+
 def action_nvec(params: WorldParams) -> np.ndarray:
     """The MultiDiscrete sizes [kinds, targets, size buckets, sides]."""
     targets = max(params.num_markets, params.num_perps, params.num_groups)
@@ -52,19 +56,22 @@ def decode_actions(
         perp_leverage: leverage used by numeric `open_perp` (notional = margin x leverage).
     """
     a = np.asarray(actions, dtype=np.int64).reshape(-1, 4)
-    kind = np.asarray(ACTION_KINDS, dtype=np.int64)[a[:, 0]]
+    n = len(a)
+    kind = _KIND_CODES[a[:, 0]]
     target, bucket, side = a[:, 1], a[:, 2], a[:, 3]
-    eq = equity(state)
-    rows = np.arange(len(a))
-    m = np.minimum(target, params.num_markets - 1)
-    held = np.where(side == 0, state.hold_yes[rows, m], state.hold_no[rows, m])
-    margin = BUY_FRACTIONS[bucket] * eq
-    amount = np.select(
-        [kind == ActionType.BUY_PREDICTION, kind == ActionType.SELL_PREDICTION, kind == ActionType.OPEN_PERP],
-        [margin, SELL_FRACTIONS[bucket] * held, margin * perp_leverage],
-        default=0.0,
-    )
+    # Only the kinds present are priced (equity is the costly part, and a wait, close or join needs
+    # none); the values are the same as pricing every row and selecting (the numeric env's hot path).
+    amount = np.zeros(n)
+    buy, sell, perp = kind == _BUY, kind == _SELL, kind == _PERP
+    if buy.any() or perp.any():
+        margin = BUY_FRACTIONS[bucket] * equity(state)
+        amount = np.where(buy, margin, np.where(perp, margin * perp_leverage, amount))
+    if sell.any():
+        m = np.minimum(target, params.num_markets - 1)
+        rows = np.arange(n)
+        held = np.where(side == 0, state.hold_yes[rows, m], state.hold_no[rows, m])
+        amount = np.where(sell, SELL_FRACTIONS[bucket] * held, amount)
     return ActionBatch(
         kind=kind, target=target.copy(), side=side.copy(), amount=amount,
-        leverage=np.full(len(a), float(perp_leverage)), pre_error=np.zeros(len(a), np.int64),
+        leverage=np.full(n, float(perp_leverage)), pre_error=np.zeros(n, np.int64),
     )
