@@ -365,12 +365,13 @@ def _build_app():
             if not (model or os.environ.get("RLAIF_MODEL") or os.environ.get("OPENAI_MODEL")):
                 raise ConfigError("--agent openai needs --model (or $RLAIF_MODEL), the model name on the server")
             _require_openai("--agent openai")
-        if overwrite and out.exists():
-            if resume:
-                raise ConfigError("--overwrite and --resume contradict each other; pick one")
-            from .storage.run_dir import clear_run
-
-            clear_run(out)  # only what a run wrote, after checking run.json is ours
+        if overwrite and resume:
+            raise ConfigError("--overwrite and --resume contradict each other; pick one")
+        if fork_tick is not None and episodes % group_size:
+            raise ConfigError(f"--fork-tick collects whole groups: --episodes ({episodes}) must be a multiple of "
+                              f"--group-size ({group_size})")
+        if ray_address is not None and ray_workers is None:
+            raise ConfigError("--ray-address needs --ray-workers (the number of Ray actors)")
         if agent is AgentKind.scripted:
             policy = ScriptedLLMAgent(temperature=temperature)
         else:
@@ -382,11 +383,6 @@ def _build_app():
             from .storage import FanoutSink, SqlTrajectorySink
 
             sink = FanoutSink(store, SqlTrajectorySink(db))
-        if fork_tick is not None and episodes % group_size:
-            raise ConfigError(f"--fork-tick collects whole groups: --episodes ({episodes}) must be a multiple of "
-                              f"--group-size ({group_size})")
-        if ray_address is not None and ray_workers is None:
-            raise ConfigError("--ray-address needs --ray-workers (the number of Ray actors)")
         backend = None
         if ray_workers is not None:
             from .rollout.ray_backend import RayBackend
@@ -396,14 +392,18 @@ def _build_app():
                                      max_concurrent_calls=max_concurrent_calls, group_size=group_size,
                                      run_name=out.name or "run", progress=progress,
                                      max_ticks=max_ticks, backend=backend)
-        loggers = _metric_loggers(tensorboard, wandb_project, out.name or "run",
-                                  collector.manifest(episodes, seed, fork_tick))
-        if loggers:
-            collector.on_trajectory = lambda traj: [log(traj) for log in loggers]
         judge_client = None
         if judge is JudgeKind.llm:  # built before collecting, so a missing judge model fails fast; its own
             # client (same class and server as the policy by default), never the policy's constrained one
             judge_client = _judge_client(judge_base_url or base_url, judge_model or model, timeout, max_retries)
+        loggers = _metric_loggers(tensorboard, wandb_project, out.name or "run",
+                                  collector.manifest(episodes, seed, fork_tick))
+        if loggers:
+            collector.on_trajectory = lambda traj: [log(traj) for log in loggers]
+        if overwrite:  # last, once every option is known good: a refused command deletes nothing
+            from .storage.run_dir import clear_run
+
+            clear_run(out)  # only what a run wrote, after checking run.json is ours
         try:
             if fork_tick is not None:
                 summary = collector.collect_forks(episodes // group_size, seed, fork_tick=fork_tick, resume=resume,

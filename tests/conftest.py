@@ -15,6 +15,17 @@ def env():
     e.close()
 
 
+@pytest.fixture(scope="session")
+def singles(tmp_path_factory):
+    """A small scripted run written by the CLI: 2 episodes of 3 ticks in groups of 1 (the default --group-size)."""
+    from rlaif_gym.cli import main
+
+    out = tmp_path_factory.mktemp("cli-run") / "singles"
+    assert main(["rollout", "--episodes", "2", "--num-envs", "2", "--out", str(out), "--no-progress",
+                 "--set", "num_ticks=3"]) == 0
+    return out
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Close the two /dev/null files llama_cpp._utils opens at import and never closes.
 

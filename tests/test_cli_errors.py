@@ -56,22 +56,14 @@ BAD_INPUTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def small_run(tmp_path_factory) -> Path:
-    run = tmp_path_factory.mktemp("cli-errors") / "run"
-    assert main(["rollout", "--episodes", "1", "--num-envs", "1", "--out", str(run), "--no-progress",
-                 "--set", "num_ticks=3"]) == 0
-    return run
-
-
 @pytest.mark.parametrize("name", sorted(BAD_INPUTS))
-def test_a_bad_input_is_one_line_exit_2_and_nothing_starts(name, small_run, tmp_path, capsys, monkeypatch):
+def test_a_bad_input_is_one_line_exit_2_and_nothing_starts(name, singles, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a rollout that wrongly started would write runs/latest here
     for var in ("RLAIF_MODEL", "OPENAI_MODEL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
     argv, needle = BAD_INPUTS[name]
-    argv = [a.replace("{run}", str(small_run)).replace("{tmp}", str(tmp_path)) for a in argv]
-    before = sorted(p.name for p in small_run.iterdir())
+    argv = [a.replace("{run}", str(singles)).replace("{tmp}", str(tmp_path)) for a in argv]
+    before = sorted(p.name for p in singles.iterdir())
     code = main(argv)
     captured = capsys.readouterr()
     err = captured.err.strip()
@@ -80,7 +72,7 @@ def test_a_bad_input_is_one_line_exit_2_and_nothing_starts(name, small_run, tmp_
     assert err and len(err.splitlines()) <= 2, f"{name}: expected one or two lines, got:\n{captured.err}"
     assert needle in err, f"{name}: the error does not name {needle!r}: {err}"
     assert not (tmp_path / "runs").exists(), f"{name}: a rollout started anyway"
-    assert sorted(p.name for p in small_run.iterdir()) == before, f"{name}: the run directory changed"
+    assert sorted(p.name for p in singles.iterdir()) == before, f"{name}: the run directory changed"
 
 
 def test_a_real_bug_prints_a_traceback_and_asks_for_a_report(monkeypatch, tmp_path, capsys):

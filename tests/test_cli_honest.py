@@ -136,15 +136,6 @@ def test_negative_seed_is_refused_before_starting(tmp_path, capsys):
     assert not out.exists() or not list(out.glob("trajectories-*.jsonl"))
 
 
-@pytest.fixture(scope="module")
-def singles(tmp_path_factory) -> Path:
-    """A scripted run of groups of 1 (the default --group-size)."""
-    out = tmp_path_factory.mktemp("honest") / "singles"
-    assert main(["rollout", "--episodes", "2", "--num-envs", "2", "--out", str(out), "--no-progress",
-                 "--set", "num_ticks=3"]) == 0
-    return out
-
-
 def test_dpo_export_of_groups_of_one_says_it_wrote_nothing_and_why(singles, tmp_path, capsys):
     target = tmp_path / "d.jsonl"
     code = main(["export", str(singles), "--format", "dpo", "--output", str(target)])

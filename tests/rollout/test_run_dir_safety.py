@@ -53,3 +53,22 @@ def test_overwrite_deletes_only_what_a_run_wrote(tmp_path):
     (out / "run.json").write_text('{"name": "someone else"}\n')
     assert main(args) == 2
     assert (out / "src" / "main.py").exists() and (out / "run.json").read_text() == '{"name": "someone else"}\n'
+
+
+@pytest.mark.parametrize("bad", [
+    ["--set", "num_markts=3"],                                   # a typo'd config key
+    ["--judge", "llm"],                                          # an LLM judge without a model
+    ["--episodes", "3", "--group-size", "2", "--fork-tick", "1"],  # forks need whole groups
+    ["--ray-address", "auto"],                                   # an address without workers
+])
+def test_overwrite_with_a_refused_option_deletes_nothing(bad, tmp_path, capsys, monkeypatch):
+    from rlaif_gym.cli import main
+
+    for var in ("RLAIF_MODEL", "OPENAI_MODEL", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    out = tmp_path / "run"
+    _collector(out).collect(2, seed=0)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code = main(["rollout", "--out", str(out), "--overwrite", "--no-progress", "--set", "num_ticks=3", *bad])
+    assert code == 2, capsys.readouterr().err[-1500:]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "the refused command deleted the old run"
