@@ -157,7 +157,9 @@ def test_ctrl_c_stops_promptly_says_so_and_keeps_finished_episodes(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "rlaif_gym", "rollout", "--episodes", "400", "--num-envs", "2",
                              "--out", str(out), "--set", "num_ticks=6"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            # as at a terminal: a test runner started in the background inherits SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # wait until some episodes are on disk

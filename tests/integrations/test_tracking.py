@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 
@@ -87,7 +88,9 @@ def test_wandb_logger_offline_run_holds_the_metrics(tmp_path, monkeypatch):
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, list((tmp_path / "wandb").iterdir())
     (run_file,) = runs[0].glob("run-*.wandb")
-    history = _wandb_history(run_file)
+    deadline = time.monotonic() + 60  # W&B's service process writes the file; on a loaded machine it may lag finish()
+    while len(history := _wandb_history(run_file)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert [row["trajectories"] for row in history] == [1, 2]
     for row, traj in zip(history, collector.trajectories, strict=True):  # num_envs=1: in finishing order
         want = trajectory_metrics(traj)
