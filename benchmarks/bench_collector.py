@@ -2,6 +2,7 @@
 
     python benchmarks/bench_collector.py [--seconds 5] [--ks 8 64 256] [--no-http] [--smoke]
                                          [--budget 300] [--profile] [--backend numba]
+                                         [--server process|thread]
 
 For each K (episodes in flight = LLM calls in flight = K) one collection, `RolloutCollector(...,
 num_envs=K, max_concurrent_calls=K).collect(episodes=K, seed=0)` with no sink, runs `K` episodes
@@ -11,15 +12,19 @@ cost the collector would make K / 0.05 calls per second; the table shows the ach
 (LLM calls in the summary / the summary's wall time) and its ratio to that ideal. Each path is
 warmed up once (imports, first connection) outside the timed runs.
 
-Two paths:
-* `in-process`: `ScriptedLLMAgent(latency_s=0.04, jitter_s=0.02)` (an `asyncio.sleep` per call);
-* `http`: a real OpenAI-compatible server on 127.0.0.1 (a `ThreadingHTTPServer` in a background
-  thread of this process) that sleeps the same latency (drawn from a generator seeded with the
-  request's seed, so each call waits exactly as long as on the in-process path) and answers with
-  `ScriptedLLM().decide(...)`, driven through `OpenAIChatAgent`.
+Three paths:
+* `in-process`: `ScriptedLLMAgent(latency_s=0.04, jitter_s=0.02)` (an `asyncio.sleep` per call; the
+  scripted model's own reading of the prompt is CPU of this process);
+* `stand-in`: the same latency, and a zero-cost stand-in model that answers each call with one of a
+  fixed set of scripted replies (picked by the call's seed): the collector's own CPU per tick;
+* `http`: a real OpenAI-compatible server on 127.0.0.1 that sleeps the same latency (drawn from a
+  generator seeded with the request's seed, so each call waits exactly as long as on the in-process
+  path) and answers with `ScriptedLLM().decide(...)`, driven through `OpenAIChatAgent`. With
+  `--server process` (the default) the server is a process of its own, as a model server is; with
+  `--server thread` it is a `ThreadingHTTPServer` thread of this process.
 
-`cpu ms/tick` is the process CPU time of the run divided by the ticks it recorded (for `http` it
-includes the server threads, which share the interpreter). The event loop is one thread: once
+`cpu ms/tick` is the process CPU time of the run divided by the ticks it recorded (with
+`--server thread` it includes the server threads, which share the interpreter). The event loop is one thread: once
 K * (cpu ms/tick) exceeds the mean latency (1000 * 0.05 / K ms of CPU per tick is the most the ideal
 allows), the CPU, not the model, bounds throughput; the second table shows both numbers.
 
@@ -37,9 +42,12 @@ import os
 import platform
 import pstats
 import random
+import signal
+import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,7 +57,7 @@ import numpy as np
 
 import rlaif_gym
 from rlaif_gym.agents.llm import LLMAgent, OpenAIChatAgent, ScriptedLLMAgent
-from rlaif_gym.llm import ScriptedLLM
+from rlaif_gym.llm import Completion, SamplingParams, ScriptedLLM
 from rlaif_gym.rollout import CollectionSummary, RolloutCollector
 
 LATENCY_S = 0.04  # the fixed part of every call
@@ -159,6 +167,14 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self.close_connection = True
 
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/stats"):  # what a server in another process answered, for the tables
+            owner = self.server_owner
+            with owner._lock:
+                self._send(200, {"requests": owner.requests, "errors": owner.errors[:3]})
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
     def do_POST(self) -> None:
         owner = self.server_owner
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -179,6 +195,90 @@ class _Handler(BaseHTTPRequestHandler):
         with owner._lock:
             owner.requests += 1
         self._send(200, payload)
+
+
+class ProcessLatencyServer:
+    """`LatencyServer` in a process of its own (`python bench_collector.py --serve`), as a model server is:
+    its CPU is not this process's. The same `base_url`, `requests` and `errors` (read over HTTP)."""
+
+    def __enter__(self) -> ProcessLatencyServer:
+        self._proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdout=subprocess.PIPE,
+                                      text=True)
+        line = self._proc.stdout.readline().strip() if self._proc.stdout else ""
+        if not line.startswith("http://127.0.0.1:"):
+            self._proc.kill()
+            raise RuntimeError(f"the server process did not start (it said {line!r})")
+        self.base_url = line
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+
+    def _stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.base_url + "/stats", timeout=10) as response:  # loopback only
+            return json.loads(response.read())
+
+    @property
+    def requests(self) -> int:
+        return int(self._stats()["requests"])
+
+    @property
+    def errors(self) -> list[str]:
+        return list(self._stats()["errors"])
+
+
+def serve() -> int:
+    """The `--serve` mode: run a `LatencyServer`, print its URL, and serve until terminated (or orphaned)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    parent = os.getppid()
+    with LatencyServer(seed=0) as server:
+        print(server.base_url, flush=True)
+        while os.getppid() == parent:  # the benchmark went away without stopping this process: stop too
+            time.sleep(1.0)
+    return 0
+
+
+class StandInLLM:
+    """A zero-cost stand-in model: the benchmark latency, then one of a fixed set of real replies.
+
+    The replies are the scripted model's answers to the prompts of one short episode; each call gets
+    `replies[seed % len(replies)]`, so the collector, the parser and the rule judge see realistic text
+    while the model itself costs no CPU of this process.
+    """
+
+    model = "stand-in"
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = replies
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "stand-in", "model": self.model}
+
+    async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
+        seed = params.seed or 0
+        await asyncio.sleep(LATENCY_S + JITTER_S * float(np.random.default_rng(seed).random()))
+        return Completion(text=self.replies[seed % len(self.replies)], model=self.model, finish_reason="stop")
+
+
+def stand_in_replies(n: int = 64) -> list[str]:
+    """The scripted model's replies over the first `n` ticks of one episode (seed 0)."""
+    import gymnasium as gym
+
+    env = gym.make("RLAIF-Text-v0", config={"num_ticks": n, "backend": BACKEND}, disable_env_checker=True)
+    prompt, _ = env.reset(seed=0)
+    model, replies = ScriptedLLM(), []
+    for _ in range(n):
+        think, action = model.decide(prompt)
+        replies.append(f"<think>{think}</think>\n{json.dumps(action)}")
+        prompt, _, terminated, truncated, _ = env.step(replies[-1])
+        if terminated or truncated:
+            break
+    env.close()
+    return replies
 
 
 # -- measuring ----------------------------------------------------------------------------------
@@ -215,17 +315,7 @@ class Result:
 
 
 async def _collect(collector: RolloutCollector, agent: LLMAgent, episodes: int) -> CollectionSummary:
-    try:
-        return await collector.collect_async(episodes, seed=0)
-    finally:
-        # `OpenAIChatClient` keeps an AsyncOpenAI client bound to this event loop and offers no close();
-        # close it here, or the garbage collector tears its connections down later inside another loop
-        # ("Task exception was never retrieved ... Event loop is closed").
-        inner = getattr(agent.client, "inner", None)
-        client = getattr(inner, "_client", None)
-        if client is not None and hasattr(client, "close"):
-            await client.close()
-            inner._client = None
+    return await collector.collect_async(episodes, seed=0)  # closes the agent's connection pool when it ends
 
 
 def run_collection(agent: LLMAgent, k: int, ticks: int, *, episodes: int | None = None,
@@ -360,7 +450,13 @@ def main() -> int:
                              "measurement) and print the top 10 functions by cumulative time")
     parser.add_argument("--backend", choices=["numpy", "numba"], default="numpy",
                         help="world-step backend of the text envs (numba: compiled world step and observation)")
+    parser.add_argument("--server", choices=["process", "thread"], default="process",
+                        help="the http path's server: a process of its own (as a model server is) or a thread of "
+                             "this one (its CPU then counts in cpu ms/tick)")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the server process itself
     args = parser.parse_args()
+    if args.serve:
+        return serve()
     global BACKEND
     BACKEND = args.backend
     ks = [4] if args.smoke else sorted(set(args.ks))
@@ -375,7 +471,8 @@ def main() -> int:
         os.environ[var] = ",".join(filter(None, [os.environ.get(var, ""), "127.0.0.1"]))
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"python {platform.python_version()}, rlaif_gym {rlaif_gym.__version__}, backend {BACKEND}")
+          f"python {platform.python_version()}, rlaif_gym {rlaif_gym.__version__}, backend {BACKEND}, "
+          f"http server: {'own process' if args.server == 'process' else 'a thread of this process'}")
     print(f"LLM latency: uniform [{1000 * LATENCY_S:.0f}, {1000 * (LATENCY_S + JITTER_S):.0f}] ms "
           f"(mean {1000 * MEAN_LATENCY_S:.0f} ms); ideal calls/s = K / {MEAN_LATENCY_S}; "
           f"target {args.seconds:g} s per measurement{' (smoke)' if args.smoke else ''}", flush=True)
@@ -395,8 +492,19 @@ def main() -> int:
     for k in ks:
         report(measure("in-process", scripted, k, args, deadline))
 
+    replies = stand_in_replies()
+
+    def stand_in() -> LLMAgent:
+        return LLMAgent(StandInLLM(replies), SamplingParams(temperature=0.7, max_tokens=512, logprobs=False),
+                        name="stand-in")
+
+    if not args.smoke:
+        warm_up(stand_in)
+    for k in ks:
+        report(measure("stand-in", stand_in, k, args, deadline))
+
     if not args.no_http:
-        with LatencyServer(seed=0) as server:
+        with (ProcessLatencyServer() if args.server == "process" else LatencyServer(seed=0)) as server:
 
             def http() -> LLMAgent:
                 # No retries: a failed call fails the benchmark instead of hiding in the numbers.
@@ -407,8 +515,9 @@ def main() -> int:
                 warm_up(http)
             for k in ks:
                 report(measure("http", http, k, args, deadline, server=server))
-        if server.errors:
-            print(f"the server raised: {server.errors[:3]}", file=sys.stderr)
+            errors = server.errors
+        if errors:
+            print(f"the server raised: {errors[:3]}", file=sys.stderr)
             return 1
 
     print()

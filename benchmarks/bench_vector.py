@@ -16,6 +16,6 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one timed window")
     parser.add_argument("--repeats", type=int, default=3, help="windows per cell (median reported)")
     parser.add_argument("--sizes", type=int, nargs="*", default=[1, 64, 1024, 16384])
-    parser.add_argument("--backend", default="numpy", choices=["numpy", "numba"], help="world-step backend")
+    parser.add_argument("--backend", default="auto", choices=["auto", "numpy", "numba"], help="world-step backend")
     args = parser.parse_args()
     print(format_vector(bench_vector(tuple(args.sizes), args.seconds, args.repeats, backend=args.backend)))

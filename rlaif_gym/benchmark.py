@@ -26,7 +26,7 @@ from .encoding.view import build_view
 from .envs import RLAIFCore, seed_keys
 from .judge.rules import RuleJudge
 from .llm import ScriptedLLM
-from .trajectory import Action, EnvironmentState, Feedback, LLMCall, Observation, TrajectoryStep
+from .trajectory import EnvironmentState, LLMCall, step_record
 
 __all__ = [
     "VectorRow",
@@ -147,12 +147,12 @@ class VectorRow:
 
 
 def bench_vector(sizes=(1, 64, 1024, 16384), seconds: float = 1.0, repeats: int = 3, max_sync: int = 1024,
-                 max_async: int = 64, backend: str = "numpy") -> dict:
+                 max_async: int = 64, backend: str = "auto") -> dict:
     """Single-env and vector-env steps/s of RLAIF-v0 next to CartPole, in one run.
 
     Sync mode is skipped above `max_sync` worlds and async above `max_async` (one process per
     world: on a 2-core machine thousands of processes measure the OS, not the env). `backend` is the
-    RLAIF world-step backend ("numpy" or "numba").
+    RLAIF world-step backend ("auto", the default: numba when it imports; "numpy" or "numba").
     """
     kw = {"backend": backend}
     single_cartpole = _single_env_rate("CartPole-v1", seconds, repeats)
@@ -166,7 +166,11 @@ def bench_vector(sizes=(1, 64, 1024, 16384), seconds: float = 1.0, repeats: int 
             async_=_vector_rate("RLAIF-v0", "async", n, seconds, 1, **kw) if n <= max_async else None,
             cartpole_native=_vector_rate("CartPole-v1", "vector_entry_point", n, seconds, repeats),
         ))
-    return {"machine": f"{machine_line()}, backend {backend}", "single_cartpole": single_cartpole,
+    from .envs.core import _select_backend
+    from .sim import step as numpy_step
+
+    ran = "numpy" if _select_backend(backend)[0] is numpy_step else "numba"
+    return {"machine": f"{machine_line()}, backend {backend} ({ran})", "single_cartpole": single_cartpole,
             "single_rlaif": single_rlaif, "rows": rows, "bytes_per_world": state_bytes_per_world(),
             "memory_per_env": memory_per_env(tuple(n for n in sizes if n >= 1024) or (max(sizes),), backend)}
 
@@ -177,8 +181,9 @@ def format_vector(result: dict) -> str:
     lines = [f"machine: {result['machine']}", "",
              "| single env via gym.make | steps/s | vs CartPole |", "|---|---:|---:|",
              f"| CartPole-v1 | {sc:,.0f} | 1.000x |", f"| RLAIF-v0 | {sr:,.0f} | {sr / sc:.3f}x |", "",
-             "| N | RLAIF native | RLAIF sync | RLAIF async | CartPoleVectorEnv | native / CartPole | native / sync |",
-             "|---:|---:|---:|---:|---:|---:|---:|"]
+             "| N | RLAIF native | RLAIF sync | RLAIF async | CartPoleVectorEnv | native / CartPole | native / sync "
+             "| native us per world-tick |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def cell(x):
         return f"{x:,.0f}" if x is not None else "skipped"
@@ -186,7 +191,8 @@ def format_vector(result: dict) -> str:
     for r in result["rows"]:
         vs_sync = f"{r.native / r.sync:,.1f}x" if r.sync else "-"
         lines.append(f"| {r.num_envs} | {r.native:,.0f} | {cell(r.sync)} | {cell(r.async_)} | "
-                     f"{r.cartpole_native:,.0f} | {r.native / r.cartpole_native:.3f}x | {vs_sync} |")
+                     f"{r.cartpole_native:,.0f} | {r.native / r.cartpole_native:.3f}x | {vs_sync} | "
+                     f"{1e6 / r.native:.2f} |")
     lines += ["", f"state memory: {result['bytes_per_world']:,.0f} bytes per world (linear in N: every array has a "
               "leading world dimension)"]
     if result.get("memory_per_env"):
@@ -202,11 +208,14 @@ def bench_text_overhead(ticks: int = 40, number: int = 50) -> dict[str, float]:
     `ticks` states are sampled evenly over one scripted episode.
 
     Stages: prompt rendering (view + text), reply parsing, the rule judge, the composite reward,
-    and building plus serialising the step record. The world's own step is reported separately.
-    Each stage is the median of 5 windows of `number // 5` passes over the `ticks` sampled ticks.
+    and building plus serialising the step record as the collector and `JsonlStore` do (the call
+    record, the step with its observation, action, feedback, reward components and judge scores, one
+    JSON line). The world's own step is reported separately. Each stage is the median of 5 windows of
+    `number // 5` passes over the `ticks` sampled ticks; every prompt is new to the judge, as in an
+    episode (no stage caches on the prompt text).
     """
     env = gym.make("RLAIF-Text-v0").unwrapped
-    prompt, _ = env.reset(seed=0)
+    prompt, info = env.reset(seed=0)
     llm = ScriptedLLM()
     judge = RuleJudge()
     samples = []
@@ -216,9 +225,17 @@ def bench_text_overhead(ticks: int = 40, number: int = 50) -> dict[str, float]:
     for t in range(env.params.num_ticks):
         think, action = llm.decide(prompt)
         reply = f"<think>{think}</think>\n{json.dumps(action)}"
+        view = env.view
+        before = EnvironmentState(  # as the collector records the account before the tick
+            agent_balance=info["equity"], agent_pnl=info["equity"] - env.config.starting_cash,
+            open_positions=sum(m.held_yes > 0 for m in view.markets) + sum(m.held_no > 0 for m in view.markets)
+            + sum(p.side is not None for p in view.perps), active_markets=env.config.num_markets, cash=info["cash"],
+            tick=view.tick)
+        sample = (env.state.copy(), view, prompt, reply, before, env.numeric_observation.tolist())
+        next_prompt, reward, terminated, truncated, info = env.step(reply)
         if t % every == 0 and len(samples) < ticks:
-            samples.append((env.state.copy(), env.view, prompt, reply))
-        prompt, _, terminated, truncated, _ = env.step(reply)
+            samples.append((*sample, t, reward, info))
+        prompt = next_prompt
         if terminated or truncated:
             break
     params, reward_fn = env.params, env.reward_function
@@ -230,21 +247,22 @@ def bench_text_overhead(ticks: int = 40, number: int = 50) -> dict[str, float]:
     per_window = max(1, number // windows)
 
     def per_tick(fn) -> float:
-        """Median over `windows` timed windows (a shared machine's spikes land in one window, not all)."""
-        totals = timeit.repeat(lambda: [fn(s) for s in samples], number=per_window, repeat=windows)
+        """Median over `windows` timed windows of this thread's CPU time (time spent waiting for a core on a
+        shared machine is not the stage's cost; a spike lands in one window, not all)."""
+        totals = timeit.repeat(lambda: [fn(s) for s in samples], number=per_window, repeat=windows,
+                               timer=time.thread_time)
         return 1e6 * statistics.median(totals) / (per_window * len(samples))
 
     parsed = [parse_reply(s[3]) for s in samples]
 
-    def record(i: int) -> str:
-        _, view, prompt, reply = samples[i]
-        step = TrajectoryStep(
-            step_number=i, timestamp=0, environment_state=EnvironmentState(agent_balance=view.equity),
-            llm_calls=[LLMCall(model="m", system_prompt=system, user_prompt=prompt, response=reply)],
-            action=Action(action_type="wait", success=True), reward=0.1, observation=Observation(text=prompt),
-            feedback=Feedback(success=True, pnl_delta=0.0), reward_components={k: 0.1 for k in comps},
-        )
-        return json.dumps(step.to_dict())
+    def record(s) -> str:
+        _, _, prompt, reply, before, numeric, t, reward, info = s
+        call = LLMCall(call_id=f"bench-t{t}", model="m", system_prompt=system, user_prompt=prompt, messages=[],
+                       temperature=0.7, max_tokens=512, top_p=None, seed=t, purpose="action", action_type=None,
+                       latency_ms=50.0, response=reply, reasoning=None, finish_reason="stop", prompt_tokens=900,
+                       completion_tokens=120, total_tokens=1020, prompt_token_ids=None, completion_token_ids=None,
+                       completion_logprobs=None, attempts=1)
+        return step_record(t, before, call, prompt, numeric, reward, info).to_json()  # as `JsonlStore` writes it
 
     index = {id(s): i for i, s in enumerate(samples)}
     stages = {
@@ -252,7 +270,7 @@ def bench_text_overhead(ticks: int = 40, number: int = 50) -> dict[str, float]:
         "reply parsing": per_tick(lambda s: parse_reply(s[3])),
         "rule judge": per_tick(lambda s: judge.score(parsed[index[id(s)]], s[1], s[2])),
         "composite reward": per_tick(lambda s: reward_fn.combine(comps, no_bankruptcy)),
-        "record build + serialise": per_tick(lambda s: record(index[id(s)])),
+        "record build + serialise": per_tick(record),
     }
     batch = sim.ActionBatch.waits(1)
 

@@ -103,6 +103,7 @@ class ConstrainMode(str, Enum):
 
 
 class BackendKind(str, Enum):
+    auto = "auto"
     numpy = "numpy"
     numba = "numba"
 
@@ -151,10 +152,9 @@ def _outside(text: object) -> str:
 
 def _require_openai(what: str) -> None:
     """Fail before anything starts when the `[openai]` extra is missing (else every call would fail)."""
-    try:
-        import openai  # noqa: F401
-    except ImportError:
-        raise DependencyNotInstalled(f'{what} needs the openai package: pip install "rlaif-gym[openai]"') from None
+    from .llm.openai_compat import require_http_client
+
+    require_http_client(what)
 
 
 def _judge_client(base_url: str | None, model: str | None, timeout: float, max_retries: int):
@@ -441,10 +441,11 @@ def _build_app():
     @app.command("serve-local")
     def serve_local(
         episodes: int = typer.Option(2, callback=_at_least(1), help="trajectories to collect"),
-        num_envs: int = typer.Option(2, callback=_at_least(1), help="episodes in flight at once"),
+        num_envs: int = typer.Option(1, callback=_at_least(1),
+                                     help="episodes in flight at once (the server answers one call at a time: "
+                                     "more only queue)"),
         max_ticks: int = typer.Option(4, callback=_at_least(1),
-                                      help="ticks per episode (a 135M model on one thread: seconds per "
-                                      "tick)"),
+                                      help="ticks per episode (one model call each: seconds on a 2-core machine)"),
         seed: int = typer.Option(0, callback=_at_least(0), help="run seed"),
         out: Path = typer.Option(Path("runs/local-llm"), file_okay=False, help="output directory"),
         overwrite: bool = typer.Option(False, help="delete a previous run in --out first"),
@@ -638,7 +639,8 @@ def _build_app():
                                       help="length of one timed window, seconds"),
         repeats: int = typer.Option(3, callback=_at_least(1), help="windows per cell (median reported)"),
         sizes: str = typer.Option("1,64,1024,16384", callback=_sizes, help="numbers of envs, comma-separated"),
-        backend: BackendKind = typer.Option(BackendKind.numpy, help="world-step backend"),
+        backend: BackendKind = typer.Option(BackendKind.auto, help="world-step backend (auto: the default, numba "
+                                            "when it imports)"),
     ):
         """Benchmarks measured side by side in one run (the collector's: python benchmarks/bench_collector.py)."""
         from .benchmark import bench_text_overhead, bench_vector, format_text, format_vector

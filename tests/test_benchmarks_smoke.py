@@ -1,4 +1,4 @@
-"""`benchmarks/bench_collector.py --smoke` runs end to end (both paths, a real local HTTP server).
+"""`benchmarks/bench_collector.py --smoke` runs end to end (every path, a real local HTTP server process).
 
 Only the shape of the output is checked, never a timing value.
 """
@@ -26,7 +26,7 @@ def test_bench_collector_smoke() -> None:
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert len(cells) == 6, row
         paths[cells[0]] = cells
-    assert set(paths) == {"in-process", "http"}, proc.stdout
+    assert set(paths) == {"in-process", "stand-in", "http"}, proc.stdout
     for cells in paths.values():
         assert cells[1] == "4", cells
         assert not cells[2].startswith("skipped"), cells

@@ -7,10 +7,11 @@ result), so every call can be replayed and trained on alone. Every call goes thr
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import asdict
 from typing import Any
 
-from ..encoding.grammar import GrammarLimits, canonical_reply_from_json, constraint_body
+from ..encoding.grammar import GrammarLimits, TickIds, canonical_reply_from_json, constraint_body
 from ..llm import ChatClient, OpenAIChatClient, RecordingClient, SamplingParams, ScriptedLLM
 from ..trajectory import LLMCall
 
@@ -75,32 +76,71 @@ class OpenAIChatAgent(LLMAgent):
             the system prompt says so, the call record keeps that raw reply, and the env receives it
             rewritten as the canonical `<think>...</think>` + JSON action.
         grammar_limits: length bounds of the constrained reply (characters); see `GrammarLimits`.
+        per_tick: build the constraint per call from the ids the tick's prompt shows (`TickIds.from_prompt`),
+            so a reply that satisfies it names only open markets, held shares, free tickers, open
+            positions, unjoined groups and NPCs it was shown. A prompt that is not a rendered tick
+            prompt gets the id-agnostic constraint. False: the id-agnostic constraint on every call.
     """
 
     def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None, *,
                  temperature: float = 0.7, max_tokens: int = 512, top_p: float | None = None, logprobs: bool = True,
                  timeout: float = 60.0, max_retries: int = 3, backoff: float = 0.5,
                  extra_body: dict[str, Any] | None = None, name: str | None = None, constrain: str | None = None,
-                 grammar_limits: GrammarLimits | None = None) -> None:
+                 grammar_limits: GrammarLimits | None = None, per_tick: bool = True) -> None:
         self.constrain = constrain
         self.grammar_limits = (grammar_limits or GrammarLimits()) if constrain else None
-        body = {**(constraint_body(constrain, grammar_limits) if constrain else {}), **(extra_body or {})}
-        client = OpenAIChatClient(model, base_url, api_key, timeout=timeout, max_retries=max_retries,
-                                  backoff=backoff, extra_body=body)
+        self.per_tick = bool(constrain) and per_tick
+        self._fixed_constraint = constraint_body(constrain, grammar_limits) if constrain else {}
+        client = _PerCallBodyClient(model, base_url, api_key, timeout=timeout, max_retries=max_retries,
+                                    backoff=backoff, extra_body=extra_body)
         super().__init__(client, SamplingParams(temperature, max_tokens, top_p, None, logprobs), name=name)
 
     def describe(self) -> dict[str, Any]:
-        """As `LLMAgent.describe`, plus the constrained-decoding mode (None: unconstrained) and its bounds."""
+        """As `LLMAgent.describe`, plus the constrained-decoding mode (None: unconstrained), its bounds and
+        whether it is built per tick."""
         limits = asdict(self.grammar_limits) if self.grammar_limits is not None else None
-        return {**super().describe(), "constrain": self.constrain, "grammar_limits": limits}
+        return {**super().describe(), "constrain": self.constrain, "grammar_limits": limits,
+                "constrain_per_tick": self.per_tick}
+
+    def constraint(self, system_prompt: str, prompt: str) -> dict[str, Any]:
+        """The constraint fields sent with the call for this prompt ({} when unconstrained)."""
+        if not self.per_tick:
+            return self._fixed_constraint
+        ids = TickIds.from_prompt(prompt, system_prompt)
+        return self._fixed_constraint if ids is None else constraint_body(self.constrain, self.grammar_limits, ids)
 
     async def act(self, system_prompt: str, prompt: str, *, seed: int | None = None,
                   call_id: str = "") -> tuple[str, LLMCall]:
-        """As `LLMAgent.act`; in the JSON modes the reply is rewritten as the canonical reply for the env."""
-        if self.constrain not in ("guided_json", "response_format"):
-            return await super().act(system_prompt, prompt, seed=seed, call_id=call_id)
-        text, record = await super().act(system_prompt + _JSON_REPLY_NOTE, prompt, seed=seed, call_id=call_id)
-        return canonical_reply_from_json(text), record
+        """As `LLMAgent.act`, with this tick's constraint; in the JSON modes the reply is rewritten as the
+        canonical reply for the env."""
+        token = _CALL_BODY.set(self.constraint(system_prompt, prompt))
+        try:
+            if self.constrain not in ("guided_json", "response_format"):
+                return await super().act(system_prompt, prompt, seed=seed, call_id=call_id)
+            text, record = await super().act(system_prompt + _JSON_REPLY_NOTE, prompt, seed=seed, call_id=call_id)
+            return canonical_reply_from_json(text), record
+        finally:
+            _CALL_BODY.reset(token)
+
+
+_CALL_BODY: ContextVar[dict[str, Any]] = ContextVar("rlaif_gym_call_constraint", default={})  # noqa: B039
+
+
+class _PerCallBodyClient(OpenAIChatClient):
+    """`OpenAIChatClient` whose `extra_body` is the current call's constraint under the fixed extra fields.
+
+    The agent sets the constraint in a context variable around each call. Every episode's calls run
+    in their own asyncio task, whose context is its own, so concurrent episodes (and a retry after a
+    backoff) each send their own tick's grammar. Fixed fields win over the constraint, as before.
+    """
+
+    @property
+    def extra_body(self) -> dict[str, Any]:  # type: ignore[override]
+        return {**_CALL_BODY.get(), **self._fixed_body}
+
+    @extra_body.setter
+    def extra_body(self, value: dict[str, Any]) -> None:
+        self._fixed_body = dict(value)
 
 
 _JSON_REPLY_NOTE = ('\n\nThis server constrains your reply to one JSON object instead: '

@@ -20,6 +20,7 @@ from .observation import FeatureLayout, encode_observations
 __all__ = ["available", "encode_observations_fast"]
 
 numba = sim_fast.numba
+_warm = False  # the kernel has run in this process (later calls skip `sim_fast.compile_notice`)
 
 
 def available() -> bool:
@@ -94,10 +95,17 @@ def encode_observations_fast(state: WorldState, params: WorldParams, layout: Fea
         return encode_observations(state, params, layout)
     s = state
     out = np.empty((s.batch_size, len(layout.names)), dtype=np.float32)
-    _kernel(float(params.starting_cash), float(params.market_duration_max), float(params.num_ticks),
+    args = (float(params.starting_cash), float(params.market_duration_max), float(params.num_ticks),
             float(params.max_leverage), layout.low.astype(np.float64), layout.high.astype(np.float64), s.tick, s.cash,
             s.realized_pnl, s.pm_yes, s.pm_no, s.pm_last_price, s.pm_resolve_tick, s.hold_yes, s.hold_no, s.news_acc,
             s.post_acc, s.group_acc, s.joined, s.pm_npc_flow, s.perp_price, s.perp_prev_price, s.perp_ema,
             s.perp_funding, s.perp_news_acc, s.pos_side, s.pos_entry, s.pos_margin, s.pos_notional, s.pos_leverage,
             out)
+    global _warm
+    if _warm:
+        _kernel(*args)
+    else:
+        with sim_fast.compile_notice(_kernel):
+            _kernel(*args)
+        _warm = True
     return out

@@ -14,6 +14,15 @@ Two reply shapes:
   tag, so the reply is `{"reasoning": "...", "action": {...}}`; `canonical_reply_from_json` turns it
   into the canonical text before the env scores it (the raw JSON stays in the call record).
 
+Per tick (`TickIds`, `constraint_body(..., ids=...)`): the grammar and the schema above admit any id.
+Built from the ids one tick's prompt shows, they admit only what the world can act on now: the open
+markets, the held (market, outcome) pairs for a sale, the perps without a position for `open_perp`,
+the open positions for `close_perp`, the groups not yet joined, the NPCs the feed shows (as
+`agent-<k>`), leverage within the cap the system prompt states, and post text that is not blank. A
+reply in the per-tick grammar is then refused only for its amount (cash, shares, margin, the
+minimum order), never as `unknown market`, ticker, group, position or recipient. An action type
+with nothing to act on (no shares held: no `sell_prediction`) is left out for that tick.
+
 Lengths are bounded (characters, not tokens) so that a constrained reply always ends: with
 `max_tokens >= reply_max_chars(...)` a reply can never be cut off, because every token is at least one
 character.
@@ -23,8 +32,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from ..errors import ConfigError, InvalidActionError
@@ -34,16 +45,20 @@ from ..sim import ACTION_TYPES, normalize_action
 # private to the sim; reading them here (instead of copying them) is what keeps the grammar in step.
 from ..sim.actions import _NUMERIC, _OPTIONAL, _REQUIRED
 from ..trajectory import storable_value
+from .view import npc_name
 
 __all__ = [
     "CONSTRAIN_MODES",
     "GrammarLimits",
+    "TickIds",
     "action_variants",
     "canonical_reply_from_json",
     "constraint_body",
     "reply_gbnf",
     "reply_json_schema",
     "reply_max_chars",
+    "tick_gbnf",
+    "tick_json_schema",
 ]
 
 CONSTRAIN_MODES: tuple[str, ...] = ("gbnf", "guided_json", "response_format")
@@ -96,9 +111,17 @@ def action_variants() -> dict[str, list[tuple[str, ...]]]:
     `normalize_action` accepts, in the order the grammar writes them.
 
     Every subset of the optional fields is tried against `normalize_action` itself; e.g. close_perp
-    gets [ticker], [position_id] and [ticker, position_id] but not the empty list.
+    gets [ticker], [position_id] and [ticker, position_id] but not the empty list. The result is
+    cached per content of the sim's field tables (the per-tick grammar asks for it on every call).
     """
-    out: dict[str, list[tuple[str, ...]]] = {}
+    key = (tuple((k, tuple(v)) for k, v in _REQUIRED.items()), tuple((k, tuple(v)) for k, v in _OPTIONAL.items()),
+           tuple(sorted(_NUMERIC)))
+    return {kind: list(v) for kind, v in _variants(key).items()}
+
+
+@lru_cache(maxsize=8)
+def _variants(key: tuple) -> dict[str, tuple[tuple[str, ...], ...]]:
+    out: dict[str, tuple[tuple[str, ...], ...]] = {}
     for kind in ACTION_TYPES:
         required, optional = _REQUIRED[kind], _OPTIONAL.get(kind, ())
         variants = []
@@ -112,7 +135,7 @@ def action_variants() -> dict[str, list[tuple[str, ...]]]:
                 variants.append(fields)
         if not variants:
             raise RuntimeError(f"no field combination of {kind!r} passes normalize_action; the grammar would omit it")
-        out[kind] = variants
+        out[kind] = tuple(variants)
     return out
 
 
@@ -233,20 +256,238 @@ def reply_json_schema(limits: GrammarLimits | None = None) -> dict[str, Any]:
     }
 
 
-def constraint_body(mode: str, limits: GrammarLimits | None = None) -> dict[str, Any]:
+# -- per tick: only the ids the prompt shows -------------------------------------------------------------------
+
+_SECTION = re.compile(r"^## (.+)$", re.MULTILINE)
+_MARKET_LINE = re.compile(r'^- (market-\d+) ".*?": YES ', re.MULTILINE)
+_HELD = re.compile(r"You hold [\d,.]+ (YES|NO) \(cost")
+_PERP_LINE = re.compile(r"^- ([A-Z]+) \$", re.MULTILINE)
+_POSITION = re.compile(r"Your position (pos-\d+): (LONG|SHORT) ")
+_UNJOINED_GROUP = re.compile(r"^- (.+?): not joined \(", re.MULTILINE)
+_POST_AUTHOR = re.compile(r"^- \[t\d+\] @(.+?) \(", re.MULTILINE)
+_LEVERAGE_CAP = re.compile(r"leverage 1-(\d+(?:\.\d+)?)x")
+_NPC_IDS = {npc_name(k): k for k in range(64)}  # display name -> index (WorldParams caps num_npcs at 64)
+# A post's first character: printable ASCII that is not blank (content that strips to "" is refused
+# as empty) and not one of the characters free text excludes anyway.
+_TEXT_FIRST_GBNF = "\\x21\\x23-\\x3b\\x3d-\\x5b\\x5d-\\x5f\\x61-\\x7e"
+_TEXT_FIRST_PATTERN = "^[\\x21\\x23-\\x3b\\x3d-\\x5b\\x5d-\\x5f\\x61-\\x7e][^\"\\\\<`\\x00-\\x1f]*$"
+
+
+@dataclass(frozen=True)
+class TickIds:
+    """What one tick's prompt lets the agent act on: the ids a per-tick constraint admits.
+
+    Attributes:
+        markets: open prediction markets ("market-7"), for `buy_prediction`.
+        held: (market, outcome) pairs with shares held, for `sell_prediction`.
+        tickers: perps without an open position, for `open_perp`.
+        positions: open perp positions as (ticker, position_id), for `close_perp`.
+        groups: group chats not joined yet, for `join_group`.
+        recipients: NPCs the prompt names, as the ids `send_dm` resolves ("agent-3").
+        max_leverage: the leverage cap the system prompt states (None: not stated, any leverage >= 1).
+    """
+
+    markets: tuple[str, ...] = ()
+    held: tuple[tuple[str, str], ...] = ()
+    tickers: tuple[str, ...] = ()
+    positions: tuple[tuple[str, str], ...] = ()
+    groups: tuple[str, ...] = ()
+    recipients: tuple[str, ...] = ()
+    max_leverage: float | None = None
+
+    @classmethod
+    def from_prompt(cls, prompt: str, system_prompt: str | None = None) -> TickIds | None:
+        """The ids a rendered tick prompt (`encoding.prompt.render_prompt`) shows; None for any other text.
+
+        Reads the sections the prompt renders from its `TickView`: markets and held shares, perps and
+        open positions, group chats and whether they are joined, the social feed's authors. The leverage
+        cap comes from `system_prompt` when given. tests/encoding/test_tick_grammar.py checks that
+        this reading agrees with the view the prompt was rendered from.
+        """
+        sections = _sections(prompt)
+        if not {"Prediction markets", "Perpetual futures", "Group chats"} <= sections.keys():
+            return None
+        markets, held = [], []
+        for line in sections["Prediction markets"].splitlines():
+            m = _MARKET_LINE.match(line)
+            if m:
+                markets.append(m.group(1))
+                held += [(m.group(1), outcome) for outcome in _HELD.findall(line)]
+        tickers, positions = [], []
+        for line in sections["Perpetual futures"].splitlines():
+            m = _PERP_LINE.match(line)
+            if not m:
+                continue
+            pos = _POSITION.search(line)
+            if pos:
+                positions.append((m.group(1), pos.group(1)))
+            else:
+                tickers.append(m.group(1))
+        groups = _UNJOINED_GROUP.findall(sections["Group chats"])
+        authors = dict.fromkeys(_POST_AUTHOR.findall(sections.get("Social feed", "")))
+        recipients = sorted({f"agent-{_NPC_IDS[a]}" for a in authors if a in _NPC_IDS},
+                            key=lambda r: int(r.split("-")[1]))
+        cap = _LEVERAGE_CAP.search(system_prompt or "")
+        return cls(tuple(markets), tuple(held), tuple(tickers), tuple(positions), tuple(groups), tuple(recipients),
+                   float(cap.group(1)) if cap else None)
+
+    def rows(self) -> dict[str, list[dict[str, tuple[str, ...]]]]:
+        """Per action type, the allowed values of its id and choice fields: a list of rows, each row a
+        field -> values map whose product is allowed (a sale's market and outcome go together, as do a
+        closed position's ticker and id). A type with no row has nothing to act on this tick."""
+        both_outcomes, both_sides = _CHOICES["outcome"], _CHOICES["side"]
+        sold: dict[str, list[str]] = {}
+        for market, outcome in self.held:
+            sold.setdefault(market, []).append(outcome)
+        return {
+            "wait": [{}],
+            "buy_prediction": [{"market": self.markets, "outcome": both_outcomes}] if self.markets else [],
+            "sell_prediction": [{"market": (m,), "outcome": tuple(o)} for m, o in sold.items()],
+            "open_perp": [{"ticker": self.tickers, "side": both_sides}] if self.tickers else [],
+            "close_perp": [{"ticker": (t,), "position_id": (p,)} for t, p in self.positions],
+            "join_group": [{"group": self.groups}] if self.groups else [],
+            "create_post": [{}],
+            "send_dm": [{"recipient": self.recipients}] if self.recipients else [],
+        }
+
+    def leverage_cap(self) -> int | None:
+        """The largest whole leverage the constraint writes (the cap, rounded down), None without a cap."""
+        return None if self.max_leverage is None else max(1, math.floor(self.max_leverage))
+
+
+def _sections(prompt: str) -> dict[str, str]:
+    heads = list(_SECTION.finditer(prompt))
+    return {h.group(1).split(" (", 1)[0]: prompt[h.end():heads[i + 1].start() if i + 1 < len(heads) else len(prompt)]
+            for i, h in enumerate(heads)}
+
+
+def _tick_alternatives(ids: TickIds) -> dict[str, list[dict[str, tuple[str, ...]]]]:
+    """Per action type, one entry per (field variant, row): the variant's fields mapped to their allowed
+    values (id and choice fields) or to () (numbers and free text). Duplicates are dropped."""
+    rows = ids.rows()
+    out: dict[str, list[dict[str, tuple[str, ...]]]] = {}
+    for kind, variants in action_variants().items():
+        if kind not in rows:
+            raise RuntimeError(f"TickIds.rows has no entry for the action type {kind!r}; the per-tick grammar "
+                               "would not know its ids")
+        seen, alts = set(), []
+        for fields in variants:
+            for row in rows[kind]:
+                alt = {}
+                for f in fields:
+                    if f in _NUMERIC or f in _TEXT_FIELDS:
+                        alt[f] = ()
+                    elif f in row:
+                        alt[f] = row[f]
+                    else:
+                        raise RuntimeError(f"no per-tick values for the field {f!r} of {kind!r}")
+                key = json.dumps(alt)
+                if key not in seen:
+                    seen.add(key)
+                    alts.append(alt)
+        if alts:
+            out[kind] = alts
+    return out
+
+
+def _leverage_gbnf(cap: int) -> str:
+    if cap <= 1:
+        return '"1"'
+    whole = " | ".join(f'"{k}"' for k in range(1, cap))
+    return f'( {whole} ) ("." [0-9]{{1,2}})? | "{cap}"'
+
+
+def _tick_value_gbnf(field: str, values: tuple[str, ...], ids: TickIds) -> str:
+    if field == "leverage" and ids.leverage_cap() is not None:
+        return "leverage"
+    if field in _NUMERIC:
+        return "number"
+    if field in _TEXT_FIELDS:
+        return "text"
+    return "( " + " | ".join(_gbnf_literal(json.dumps(v)) for v in values) + " )" if len(values) > 1 \
+        else _gbnf_literal(json.dumps(values[0]))
+
+
+def tick_gbnf(ids: TickIds, limits: GrammarLimits | None = None) -> str:
+    """The GBNF grammar of a reply that acts only on `ids` (see the module docstring).
+
+    Same layout as `reply_gbnf`: `<think>reasoning</think>`, a newline, one JSON action as
+    `json.dumps` writes it; ids, outcomes and sides are literals, post text starts with a visible
+    character, leverage stays within the cap.
+    """
+    lim = limits or GrammarLimits()
+    alternatives = _tick_alternatives(ids)
+    lines = [
+        "# The canonical rlaif_gym reply for one tick: only the ids its prompt shows.",
+        "# Generated by rlaif_gym.encoding.grammar.tick_gbnf; do not edit by hand.",
+        f'root ::= "<think>" think {_gbnf_literal(_THINK_CLOSE)} action',
+        f"think ::= [^<]{{1,{lim.think_chars}}}",
+        "action ::= " + " | ".join(_rule(k) for k in alternatives),
+    ]
+    for kind, alts in alternatives.items():
+        bodies = []
+        for alt in alts:
+            parts = [_gbnf_literal('{"type": ' + json.dumps(kind))]
+            for f, values in alt.items():
+                parts += [_gbnf_literal(f', "{f}": '), _tick_value_gbnf(f, values, ids)]
+            parts.append(_gbnf_literal("}"))
+            bodies.append(" ".join(_merge_literals(parts)))
+        lines.append(f"{_rule(kind)} ::= " + " | ".join(f"( {b} )" if len(bodies) > 1 else b for b in bodies))
+    lines.append(f"number ::= [1-9] [0-9]{{0,{lim.int_digits - 1}}} (\".\" [0-9]{{1,2}})?")
+    if ids.leverage_cap() is not None:
+        lines.append(f"leverage ::= {_leverage_gbnf(ids.leverage_cap())}")
+    lines.append(f'text ::= "\\"" [{_TEXT_FIRST_GBNF}] [{_TEXT_CLASS_GBNF}]{{0,{lim.text_chars - 1}}} "\\""')
+    return "\n".join(lines) + "\n"
+
+
+def tick_json_schema(ids: TickIds, limits: GrammarLimits | None = None) -> dict[str, Any]:
+    """`reply_json_schema` for one tick: ids and choices as enums of what `ids` allows (see `tick_gbnf`)."""
+    lim = limits or GrammarLimits()
+    cap = ids.leverage_cap()
+    branches = []
+    for kind, alts in _tick_alternatives(ids).items():
+        for alt in alts:
+            props: dict[str, Any] = {"type": {"type": "string", "enum": [kind]}}
+            for f, values in alt.items():
+                if f == "leverage" and cap is not None:
+                    props[f] = {"type": "integer", "minimum": 1, "maximum": cap}
+                elif f in _TEXT_FIELDS:
+                    props[f] = {"type": "string", "minLength": 1, "maxLength": lim.text_chars,
+                                "pattern": _TEXT_FIRST_PATTERN}
+                elif f in _NUMERIC:
+                    props[f] = _schema_value(f, lim)
+                else:
+                    props[f] = {"type": "string", "enum": list(values)}
+            branches.append({"type": "object", "properties": props, "required": list(props),
+                             "additionalProperties": False})
+    return {
+        "type": "object",
+        "properties": {
+            "reasoning": {"type": "string", "minLength": 1, "maxLength": lim.think_chars},
+            "action": {"anyOf": branches},
+        },
+        "required": ["reasoning", "action"],
+        "additionalProperties": False,
+    }
+
+
+def constraint_body(mode: str, limits: GrammarLimits | None = None, ids: TickIds | None = None) -> dict[str, Any]:
     """The request fields (for the OpenAI client's `extra_body`) that constrain a reply in `mode`.
 
     Args:
         mode: "gbnf" -> {"grammar": GBNF} (llama.cpp); "guided_json" -> {"guided_json": schema} (vLLM);
             "response_format" -> OpenAI structured outputs with the JSON schema (OpenAI, vLLM, others).
+        limits: length bounds.
+        ids: one tick's ids (`TickIds.from_prompt`): the per-tick grammar or schema; None: any id.
     """
     if mode == "gbnf":
-        return {"grammar": reply_gbnf(limits)}
-    if mode == "guided_json":
-        return {"guided_json": reply_json_schema(limits)}
-    if mode == "response_format":
+        return {"grammar": reply_gbnf(limits) if ids is None else tick_gbnf(ids, limits)}
+    if mode in ("guided_json", "response_format"):
+        schema = reply_json_schema(limits) if ids is None else tick_json_schema(ids, limits)
+        if mode == "guided_json":
+            return {"guided_json": schema}
         return {"response_format": {"type": "json_schema", "json_schema": {
-            "name": "rlaif_gym_reply", "strict": True, "schema": reply_json_schema(limits)}}}
+            "name": "rlaif_gym_reply", "strict": True, "schema": schema}}}
     raise ConfigError(f"unknown constrain mode {mode!r}; expected one of {', '.join(CONSTRAIN_MODES)} (or None for "
                       "no constraint)")
 

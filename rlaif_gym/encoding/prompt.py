@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import string
+from functools import lru_cache
 from importlib import resources
 
 from ..sim import WorldParams
@@ -31,9 +32,15 @@ def _usd(x: float) -> str:
     return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
 
 
+@lru_cache(maxsize=1)
+def _system_template() -> str:
+    """The packaged system-prompt template, read once per process (every env of a collection uses it)."""
+    return resources.files("rlaif_gym.encoding").joinpath("prompts/policy_system.txt").read_text()
+
+
 def system_prompt(params: WorldParams) -> str:
     """The system prompt: the world's rules and the reply format, with one example."""
-    template = resources.files("rlaif_gym.encoding").joinpath("prompts/policy_system.txt").read_text()
+    template = _system_template()
     return template.format(max_leverage=f"{params.max_leverage:g}", funding_interval=params.funding_interval)
 
 

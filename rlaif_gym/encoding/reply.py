@@ -33,6 +33,7 @@ _DECISIONS = re.compile(r"<decisions>(.*?)</decisions>", re.IGNORECASE | re.DOTA
 _DECISION = re.compile(r"<decision\b([^>]*?)/?>", re.IGNORECASE)
 _ATTR = re.compile(r"""([A-Za-z_][\w-]*)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
 _MAX_JSON_STARTS = 200  # bound the JSON scan so a reply full of braces stays linear-time
+_DECODER = json.JSONDecoder()  # stateless: one for every reply
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def _json_spans(text: str) -> list[tuple[int, int, dict]]:
 
     Objects nested inside another are skipped; at most `_MAX_JSON_STARTS` "{" are tried.
     """
-    decoder = json.JSONDecoder()
+    decoder = _DECODER
     found: list[tuple[int, int, dict]] = []
     pos, starts = 0, 0
     while starts < _MAX_JSON_STARTS:

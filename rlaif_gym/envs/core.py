@@ -50,7 +50,7 @@ def _select_backend(backend: str):
     if fast.available():
         return fast.step, encoding_fast.encode_observations_fast
     if backend == "numba":
-        raise DependencyNotInstalled('backend="numba" needs numba: pip install "rlaif-gym[fast]" (or use "numpy")')
+        raise DependencyNotInstalled('backend="numba" needs numba: pip install numba (or use backend="numpy")')
     return sim.step, encode_observations
 
 
@@ -82,6 +82,14 @@ class RLAIFCore:
         self.reward_fn = RewardFunction.from_config(config, self.archetype)
         self.weights = self.reward_fn.weights
         self._sim_step, self._encode = _select_backend(config.backend)
+        self.compiled = self._sim_step is not sim.step
+        self.fused = None
+        if self.compiled:
+            from . import fused  # imports numba: only for the compiled backend
+
+            if fused.supports(self.reward_fn, self.archetype):
+                self.fused = fused.FusedStep(self.params, self.layout, self.reward_fn, self.nvec,
+                                             config.numeric_perp_leverage, num_worlds)
         self.state: sim.WorldState | None = None
 
     def reset(self, keys: np.ndarray) -> np.ndarray:
@@ -130,7 +138,17 @@ class RLAIFCore:
         return self._encode(state, self.params, self.layout)
 
     def step(self, actions: np.ndarray) -> CoreStep:
-        """Apply integer actions of shape (B, 4) (already validated against the space)."""
+        """Apply integer actions of shape (B, 4) (already validated against the space).
+
+        With the compiled backend and the skill reward this is one compiled call (`fused`); otherwise
+        decode, world step, reward and encoding run one after another. Both give the same result.
+        """
+        if self.fused is not None:
+            obs, out_f, out_i, out_b = self.fused.step(self.state, np.asarray(actions, np.int64))
+            out = self.fused.outcome(out_f, out_i, out_b)
+            truncated = (self.state.tick >= self.params.num_ticks) & ~out.bankrupt
+            return CoreStep(obs, self.fused.reward_of(out_f), out.bankrupt.copy(), truncated,
+                            self.fused.components_of(out_f), out)
         batch = decode_actions(actions, self.state, self.params, self.config.numeric_perp_leverage)
         return self.step_batch(batch)
 

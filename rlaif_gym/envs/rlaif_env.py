@@ -23,6 +23,8 @@ from .dashboard import render_ansi, render_chart
 
 __all__ = ["EnvSnapshot", "RLAIFEnv"]
 
+_INT64 = np.dtype(np.int64)  # numpy's builtin dtypes are singletons: `is` is the cheap test
+
 
 @dataclass(frozen=True)
 class EnvSnapshot:
@@ -212,6 +214,8 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     def step(self, action):
         """Apply one action, advance the world one tick, and score the transition."""
         self._check_running()
+        if self._core.fused is not None and self._behavior is None:
+            return self._fused_step(action)
         act = self._validated(action)
         batch = decode_actions(act[None, :], self._core.state, self.params, self.config.numeric_perp_leverage)
         res = self._transition(batch)
@@ -228,6 +232,36 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
             bool(res.truncated[0]),
             self._info(res),
         )
+
+    def _fused_step(self, action):
+        """`step` as one compiled call (`envs.fused`): the same results, built straight from its rows."""
+        if type(action) is np.ndarray and action.dtype is _INT64 and action.shape == (4,):
+            acts = action.reshape(1, 4)  # the kernel checks the bounds
+        else:
+            acts = self._validated(action)[None, :]
+        core = self._core
+        try:
+            obs, out_f, out_i, out_b = core.fused.step(core.state, acts, reuse=True)
+        except InvalidActionError:
+            self._validated(action)  # raises with the single env's message
+            raise
+        e_a, e_b, shares, usd, fee, _, equity, pnl_delta, _, _, payout, pnl, risk, reward = out_f[:, 0].tolist()
+        error, resolved, liquidated = out_i[:, 0].tolist()
+        success, _, bankrupt = out_b[:, 0].tolist()
+        tick = int(core.state.tick[0])
+        truncated = tick >= self.params.num_ticks and not bankrupt
+        self._done = bankrupt or truncated
+        self._feedback = {"success": success,
+                          "error": None if success else sim.error_message(error, e_a, e_b)}
+        self._record_history()
+        info = {
+            "reward_components": {"pnl": pnl, "risk": risk},
+            "pnl_delta": pnl_delta, "equity": equity, "cash": float(core.state.cash[0]), "feedback": self._feedback,
+            "tick": tick,
+            "fill": {"shares": shares, "usd": usd, "fee": fee, "payout": payout, "markets_resolved": resolved,
+                     "positions_liquidated": liquidated},
+        }
+        return obs[0], reward, bankrupt, truncated, info
 
     # -- shared by both faces ---------------------------------------------------------------
 

@@ -100,16 +100,25 @@ class RLAIFVectorEnv(VectorEnv):
         if self.core.state is None:
             raise ResetNeeded("call reset() before step()")
         acts = np.asarray(actions)
-        if acts.shape != (self.num_envs, 4) or acts.dtype.kind not in "iu" or np.any(acts < 0) or \
-                np.any(acts >= self.core.nvec):
-            raise InvalidActionError(f"actions must be integers of shape ({self.num_envs}, 4) with 0 <= a[:, i] < "
-                                     f"{self.core.nvec.tolist()}, got shape {acts.shape} dtype {acts.dtype}")
+        # The fused compiled step checks the bounds itself (and refuses the batch before any world moves).
+        checked = self.core.fused is not None and self._behavior is None
+        if acts.shape != (self.num_envs, 4) or acts.dtype.kind not in "iu" or (
+                not checked and (np.any(acts < 0) or np.any(acts >= self.core.nvec))):
+            raise self._refusal(acts)
         stepped = ~self._autoreset
-        acts = acts.astype(np.int64)
-        res = self._behavior.step(self.core, acts, stepped) if self._behavior is not None else self.core.step(acts)
+        acts = acts.astype(np.int64, copy=False)
+        if self._behavior is not None:
+            res = self._behavior.step(self.core, acts, stepped)
+        else:
+            try:
+                res = self.core.step(acts)
+            except InvalidActionError:
+                raise self._refusal(acts) from None
         obs, reward = res.observation, res.reward
         terminated = res.terminated.copy()
         truncated = (self.core.state.tick >= self.limit) & ~terminated
+        out = res.outcome
+        equity = out.equity_after.copy()
         if self._autoreset.any():
             idx = np.nonzero(self._autoreset)[0]
             keys = np.concatenate([sim.draw_keys(self._rngs[i], 1) for i in idx])
@@ -118,24 +127,28 @@ class RLAIFVectorEnv(VectorEnv):
             if self._behavior is not None:
                 self._behavior.reset(idx)
             obs[idx] = self.core.encode(fresh)
+            equity[idx] = sim.equity(fresh)
             reward = reward.copy()
             reward[idx] = 0.0
             terminated[idx] = False
             truncated[idx] = False
         self._autoreset = terminated | truncated
-        out = res.outcome
+        everyone = np.ones(self.num_envs, dtype=bool)
         info = {
             "reward_components": {k: v for name, arr in res.components.items()
                                   for k, v in ((name, arr), (f"_{name}", stepped))},
             "_reward_components": stepped,
             "pnl_delta": out.pnl_delta, "_pnl_delta": stepped,
-            "equity": np.where(stepped, out.equity_after, sim.equity(self.core.state)),
-            "_equity": np.ones_like(stepped),
-            "cash": self.core.state.cash.copy(), "_cash": np.ones_like(stepped),
-            "tick": self.core.state.tick.copy(), "_tick": np.ones_like(stepped),
+            "equity": equity, "_equity": everyone,
+            "cash": self.core.state.cash.copy(), "_cash": everyone.copy(),
+            "tick": self.core.state.tick.copy(), "_tick": everyone.copy(),
             "feedback_success": out.success, "_feedback_success": stepped,
         }
         return obs, reward, terminated, truncated, info
+
+    def _refusal(self, acts: np.ndarray) -> InvalidActionError:
+        return InvalidActionError(f"actions must be integers of shape ({self.num_envs}, 4) with 0 <= a[:, i] < "
+                                 f"{self.core.nvec.tolist()}, got shape {acts.shape} dtype {acts.dtype}")
 
     def close_extras(self, **kwargs: Any) -> None:
         """Nothing to release: the worlds are arrays."""

@@ -10,15 +10,25 @@ Pieces (the `[local-llm]` extra, see `LOCAL_LLM_REQUIREMENTS`):
   A pip extra cannot say "--no-deps", which is why `install_local_llm` (and the Makefile) run two
   pip commands and the `[local-llm]` extra lists the runtime only.
 
-`LocalLLMServer` starts `python -m llama_cpp.server` on 127.0.0.1 on a free port with one thread (the
-machine's cores are shared; two threads collapsed under contention), waits until `/v1/models`
-answers, and stops the process by its PID: SIGTERM, then SIGKILL after a grace period. It is a
+`LocalLLMServer` starts `python -m llama_cpp.server` on 127.0.0.1 on a free port, waits until
+`/v1/models` answers, and stops the process by its PID: SIGTERM, then SIGKILL after a grace period. It is a
 context manager, stops on SIGINT/SIGTERM of the parent too (`serve_local` kills it at the signal,
 then raises KeyboardInterrupt), and on Linux the server is also told to die with its parent (PR_SET_PDEATHSIG),
 so no server outlives the command even when the parent is killed with SIGKILL.
 
 `serve_local` is `rlaif-gym serve-local`: install when missing, start the server, run a short
-grammar-constrained rollout through `OpenAIChatAgent`, stop the server.
+grammar-constrained rollout through `OpenAIChatAgent` (the grammar built per tick from the ids the
+prompt shows), stop the server.
+
+Server settings (`SERVER_DEFAULTS`; each measured with benchmarks/bench_local_llm.py on this
+project's shared 2-core machine, docs/benchmarks.md has the numbers):
+* the model requantized once from the shipped Q4_1 to Q8_0 (`fast_model_path`, cached under
+  `cache_dir()`): prompt processing is faster with Q8_0's simpler dot products on this CPU;
+* `logits_all` off unless logprobs are asked for (the server default keeps logits for every prompt
+  token, a 49k-float row each);
+* one thread for generation (a second collapsed under contention: calls of minutes), two for
+  prompt processing (a batch uses a second core when it is free), and `OMP_WAIT_POLICY=PASSIVE` so
+  an idle OpenMP thread sleeps instead of spinning on a core the other thread or a neighbour needs.
 """
 
 from __future__ import annotations
@@ -53,6 +63,8 @@ __all__ = [
     "MODEL_REQUIREMENT",
     "LocalLLMServer",
     "LocalServerError",
+    "cache_dir",
+    "fast_model_path",
     "install_local_llm",
     "missing_local_llm",
     "model_path",
@@ -81,8 +93,12 @@ class LocalServerError(RLAIFError, RuntimeError):
     """The local model server did not start, or did not become healthy in time."""
 
 
-DEMO_LIMITS = GrammarLimits(think_chars=240, id_chars=24, text_chars=120)
-"""Reply bounds for the local model: short reasoning and posts keep a 135M model's calls to seconds on one thread."""
+DEMO_LIMITS = GrammarLimits(think_chars=80, id_chars=24, text_chars=120)
+"""Reply bounds for the local model: short reasoning and posts keep a 135M model's calls to seconds on one thread.
+The model never closes `</think>` on its own, so the reasoning runs to the cap: 80 characters (about 20
+tokens) instead of 240 cut the generated tokens per reply from about 145 to about 70."""
+
+FAST_QUANT, _FAST_FTYPE = "Q8_0", 7  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0
 
 
 # -- installation ----------------------------------------------------------------------------------------------
@@ -144,6 +160,63 @@ def install_local_llm(python: str | None = None, log: Callable[[str], None] = pr
         raise DependencyNotInstalled(f"still missing after installing: {', '.join(still)}")
 
 
+def cache_dir() -> Path:
+    """Where converted models are kept: $RLAIF_GYM_CACHE, else $XDG_CACHE_HOME/rlaif-gym, else ~/.cache/rlaif-gym."""
+    if os.environ.get("RLAIF_GYM_CACHE"):
+        return Path(os.environ["RLAIF_GYM_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlaif-gym"
+
+
+def _file_digest(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fast_model_path(source: Path | str | None = None, *, cache: Path | str | None = None, python: str | None = None,
+                    log: Callable[[str], None] = lambda line: None) -> Path:
+    """The shipped GGUF requantized to Q8_0, converted on first use and cached; returns its path.
+
+    The conversion (llama.cpp's `llama_model_quantize`, in a child process of `python`) takes about a
+    second. The cached file's name carries the source's SHA-256, so a different source gets its own
+    conversion; it is written under a temporary name and renamed, so an interrupted conversion
+    leaves nothing that a later start would load. Raises `LocalServerError` when the conversion fails.
+
+    Args:
+        source: the GGUF to convert (default: `model_path()`).
+        cache: the directory for the converted file (default: `cache_dir()`).
+        python: the interpreter with llama-cpp-python (default: this one).
+    """
+    source = Path(source) if source is not None else model_path()
+    folder = Path(cache) if cache is not None else cache_dir()
+    stem = source.name.removesuffix(".gguf").removesuffix(".Q4_1")
+    target = folder / f"{stem}.{FAST_QUANT}.{_file_digest(source)[:16]}.gguf"
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    log(f"converting {source.name} to {FAST_QUANT} once (cached as {target})")
+    code = ("import sys, llama_cpp\n"
+            "p = llama_cpp.llama_model_quantize_default_params()\n"
+            f"p.ftype = {_FAST_FTYPE}; p.allow_requantize = True; p.nthread = 2\n"
+            "rc = llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p)\n"
+            "sys.exit(1 if rc else 0)\n")
+    try:
+        result = subprocess.run([python or sys.executable, "-c", code, str(source), str(partial)],
+                                stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+        if result.returncode != 0 or not partial.is_file():
+            raise LocalServerError(f"converting {source} to {FAST_QUANT} failed (exit {result.returncode}): "
+                                   f"{(result.stderr or result.stdout)[-1500:]}")
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
+
+
 # -- the server ------------------------------------------------------------------------------------------------
 
 
@@ -165,25 +238,35 @@ class LocalLLMServer:
     """`python -m llama_cpp.server` as a child process on 127.0.0.1; a context manager.
 
     Args:
-        model: the GGUF file (default: `model_path()`).
+        model: the GGUF file (default: `model_path()`, the shipped Q4_1; `serve_local` passes
+            `fast_model_path()`).
         port: TCP port (default: a free one).
-        n_threads: threads for generation and prompt processing.
-        n_ctx: context window in tokens (the system prompt plus one tick's prompt are about 1,000).
+        n_threads: threads for generation (one token at a time: a second thread only adds waiting).
+        n_threads_batch: threads for prompt processing (default: 2, or 1 on a one-core machine).
+        n_ctx: context window in tokens (the system prompt plus one tick's prompt are about 1,200).
+        logits_all: keep the logits of every prompt token, which logprobs need (llama.cpp's server answers a
+            logprobs request with HTTP 500 without it). True by default, as llama.cpp's server has it, so
+            that a default agent (which asks for logprobs) works; `serve_local` passes False unless
+            `--logprobs` is given: it costs about 1.8 CPU s per call here.
         startup_timeout: seconds to wait for `/v1/models` to answer.
         python: the interpreter that runs the server (default: this one).
-        env: the server's environment (default: this process's).
+        env: the server's environment (default: this process's); `OMP_WAIT_POLICY=PASSIVE` is added
+            unless it sets OMP_WAIT_POLICY itself.
     """
 
     def __init__(self, model: Path | str | None = None, *, host: str = "127.0.0.1", port: int | None = None,
-                 n_threads: int = 1, n_ctx: int = 2048, startup_timeout: float = 120.0,
-                 python: str | None = None, alias: str = MODEL_ALIAS, env: dict[str, str] | None = None) -> None:
+                 n_threads: int = 1, n_threads_batch: int | None = None, n_ctx: int = 2048,
+                 logits_all: bool = True, startup_timeout: float = 120.0, python: str | None = None,
+                 alias: str = MODEL_ALIAS, env: dict[str, str] | None = None) -> None:
         self.model_file = Path(model) if model is not None else model_path()
         self.host, self.port = host, port
         self.n_threads, self.n_ctx = n_threads, n_ctx
+        self.n_threads_batch = n_threads_batch if n_threads_batch is not None else min(2, os.cpu_count() or 1)
+        self.logits_all = logits_all
         self.startup_timeout = startup_timeout
         self.python = python or sys.executable
         self.alias = alias
-        self.env = env
+        self.env = {"OMP_WAIT_POLICY": "PASSIVE", **(env if env is not None else os.environ)}
         self.process: subprocess.Popen | None = None
         self._log_dir: Path | None = None
 
@@ -206,7 +289,8 @@ class LocalLLMServer:
         """The server's command line."""
         return [self.python, "-m", "llama_cpp.server", "--model", str(self.model_file), "--model_alias", self.alias,
                 "--host", self.host, "--port", str(self.port), "--n_threads", str(self.n_threads),
-                "--n_threads_batch", str(self.n_threads), "--n_ctx", str(self.n_ctx)]
+                "--n_threads_batch", str(self.n_threads_batch), "--n_ctx", str(self.n_ctx),
+                "--logits_all", str(self.logits_all)]
 
     def start(self) -> LocalLLMServer:
         """Start the server and wait until it is healthy; on failure the process is stopped and the error
@@ -333,8 +417,9 @@ def policy_metrics(trajectories) -> dict[str, Any]:
     Returns a dict with: `ticks`, `calls`, `failed_calls`; `latency_ms_p50`, `latency_ms_mean` (per
     recorded successful call); `completion_tokens_per_s` (completion tokens over the summed latency of
     the calls that report usage, i.e. per-call throughput, prompt processing included; None without
-    usage); `format_valid_rate` (ticks whose reply had no format error); `mean_reward` and
-    `mean_components` (per tick).
+    usage); `format_valid_rate` (ticks whose reply had no format error); `executed_rate` (ticks whose
+    action the world carried out: a format-valid reply naming an unknown market counts against it);
+    `mean_reward` and `mean_components` (per tick).
     """
     import statistics
 
@@ -354,12 +439,14 @@ def policy_metrics(trajectories) -> dict[str, Any]:
         "completion_tokens_per_s": (sum(c.completion_tokens for c in usage) / (sum(c.latency_ms for c in usage) / 1e3)
                                     if usage else None),
         "format_valid_rate": sum(not s.format_errors for s in steps) / len(steps) if steps else None,
+        "executed_rate": (sum(s.action is not None and s.action.action_type != "invalid" and bool(s.action.success)
+                              for s in steps) / len(steps) if steps else None),
         "mean_reward": statistics.fmean(s.reward for s in steps) if steps else None,
         "mean_components": {k: statistics.fmean(v) for k, v in sorted(components.items())},
     }
 
 
-def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: int = 4, seed: int = 0,
+def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 1, max_ticks: int = 4, seed: int = 0,
                 temperature: float = 0.7, constrain: str | None = "gbnf", install: bool = True,
                 overwrite: bool = False, timeout: float = 300.0, port: int | None = None, logprobs: bool = False,
                 env_config: dict[str, Any] | None = None, log: Callable[[str], None] = print,
@@ -372,6 +459,8 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
     `logprobs` is off by default: llama-cpp-python computes them in Python over the whole 49k-token
     vocabulary, which costs more than generating the token (about 0.1 s per token on this project's machine).
     `progress`: as `RolloutCollector`'s (a live bar on a terminal, a line every 5 s elsewhere).
+    `num_envs` is 1 by default: the server answers one request at a time, so a second episode in
+    flight only queues behind the first (twice the latency per call, the same throughput).
     """
     from ..agents import OpenAIChatAgent
     from ..rollout import RolloutCollector
@@ -389,15 +478,18 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
     elif (out / "run.json").exists():
         raise ConfigError(f"{out} already holds a run; pass --overwrite or choose another --out")
     limits = DEMO_LIMITS
-    server = LocalLLMServer(port=port)
+    model = fast_model_path(log=log)  # the shipped Q4_1 as Q8_0: converted once, then cached
+    server = LocalLLMServer(model, port=port, logits_all=logprobs)  # logits of every token only for logprobs
     with _interrupts_stop(server) as interrupted:
         ready = finished = False
         try:
-            log(f"starting the llama.cpp server: {server.model_file.name}, 1 thread")
+            log(f"starting the llama.cpp server: {server.model_file.name}, {server.n_threads} thread for generation, "
+                f"{server.n_threads_batch} for prompts")
             server.start()
             ready = True
             log(f"server pid {server.pid} ready at {server.base_url}")
             # With the grammar's length bounds, max_tokens = the longest grammatical reply never cuts one off.
+            # The grammar is built per tick from the ids the prompt shows, so a reply in it is executable.
             agent = OpenAIChatAgent(server.alias, server.base_url, temperature=temperature, logprobs=logprobs,
                                     max_tokens=reply_max_chars(limits), timeout=timeout, max_retries=1,
                                     constrain=constrain, grammar_limits=limits, name=f"{server.alias}-local")
@@ -419,5 +511,6 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 2, max_ticks: i
         comps = ", ".join(f"{k} {v:+.3f}" for k, v in m["mean_components"].items())
         log(f"model: {m['calls']} calls, latency p50 {m['latency_ms_p50']:,.0f} ms, "
             f"{m['completion_tokens_per_s'] or 0:.1f} completion tokens/s per call, "
-            f"format-valid {100 * m['format_valid_rate']:.0f}% of ticks; mean reward {m['mean_reward']:+.3f} ({comps})")
+            f"format-valid {100 * m['format_valid_rate']:.0f}% of ticks, executed {100 * m['executed_rate']:.0f}%; "
+            f"mean reward {m['mean_reward']:+.3f} ({comps})")
     return summary

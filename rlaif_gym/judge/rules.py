@@ -143,10 +143,34 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-@lru_cache(maxsize=64)
 def _normalised(text: str) -> str:
-    """Lower-case words joined by single spaces, padded, for whole-word substring search."""
+    """Lower-case words joined by single spaces, padded, for whole-word substring search (the plain form of
+    `_prompt_tokens`, kept as its reference)."""
     return " " + _NON_WORD.sub(" ", text.lower()).strip() + " "
+
+
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789'-")
+_KEEP = bytes(c if c in _WORD_BYTES else 32 for c in range(256))
+"""bytes.translate table: a byte of a word ([a-z0-9'-]) stays, any other becomes a space."""
+_FOLD_KEEP = bytes(c + 32 if 65 <= c <= 90 else _KEEP[c] for c in range(256))
+"""As `_KEEP`, and A-Z become a-z (ASCII text only: that is all `str.lower` does to it)."""
+
+
+def _prompt_tokens(prompt: str) -> list[str]:
+    """The words of `_normalised(prompt)`, in order, for a fraction of the cost of its regex.
+
+    Word bytes are kept and every other byte becomes a space in one `bytes.translate`. A prompt is ASCII
+    but for the cent sign (a separator either way), so lower-casing is folded into the same table;
+    other text is lower-cased by `str.lower` first (which can map a non-ASCII letter to an ASCII one).
+    After lower-casing, a non-ASCII character is never a word character, and each of its UTF-8 bytes is
+    >= 0x80, so it becomes spaces just as the regex makes it one.
+    """
+    plain = prompt.replace("¢", " ")
+    if plain.isascii():
+        raw = plain.encode("ascii").translate(_FOLD_KEEP)
+    else:
+        raw = prompt.lower().encode("utf-8", "surrogatepass").translate(_KEEP)
+    return raw.decode("ascii").split()
 
 
 @lru_cache(maxsize=16)
@@ -154,12 +178,6 @@ def _name_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
     """One alternation that finds any of `names` as a whole phrase (longest names first)."""
     alternatives = "|".join(re.escape(n.lower()) for n in sorted(names, key=len, reverse=True))
     return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
-
-
-@lru_cache(maxsize=64)
-def _prompt_vocabulary(prompt: str) -> frozenset[str]:
-    """The whole words of the normalised prompt."""
-    return frozenset(_normalised(prompt).split())
 
 
 @lru_cache(maxsize=256)
@@ -192,16 +210,40 @@ def _one_sided(view: TickView) -> bool:
 def _copied_fraction(words: list[str], prompt: str, n: int = 6) -> float:
     """Share of the reasoning's word n-grams that appear verbatim in the prompt.
 
-    An n-gram can only occur in the space-separated haystack if each of its words is a whole word
-    of the prompt, so the substring search runs only on those: same result, a fraction of the cost.
+    An n-gram can only occur in the space-separated haystack (`_normalised(prompt)`) if each of its
+    words is a whole word of the prompt, so the substring search runs only on those, and the haystack
+    is joined only when one is left: same result, a fraction of the cost.
     """
     grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
     if not grams:
         return 0.0
-    vocabulary = _prompt_vocabulary(prompt)
-    haystack = _normalised(prompt)
-    copied = sum(f" {' '.join(g)} " in haystack for g in grams if vocabulary.issuperset(g))
-    return copied / len(grams)
+    tokens = _prompt_tokens(prompt)
+    vocabulary = set(tokens)
+    candidates = [g for g in grams if vocabulary.issuperset(g)]
+    if not candidates:
+        return 0.0
+    haystack = " " + " ".join(tokens) + " "
+    return sum(f" {' '.join(g)} " in haystack for g in candidates) / len(grams)
+
+
+def _copying(words: list[str], prompt: str, n: int = 6, allowed: float = 0.2) -> float:
+    """The copying factor: 1 while at most `allowed` of the n-grams are copied, else 1 - that share.
+
+    The share of n-grams whose words all occur in the prompt bounds the copied share from above; when
+    that bound is within `allowed` (nearly every honest reply), the factor is 1 without any substring
+    search. Otherwise it is `_copied_fraction`'s exact share.
+    """
+    grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+    if not grams:
+        return 1.0
+    tokens = _prompt_tokens(prompt)
+    vocabulary = set(tokens)
+    candidates = [g for g in grams if vocabulary.issuperset(g)]
+    if len(candidates) <= allowed * len(grams):
+        return 1.0
+    haystack = " " + " ".join(tokens) + " "
+    overlap = sum(f" {' '.join(g)} " in haystack for g in candidates) / len(grams)
+    return 1.0 if overlap <= allowed else max(0.0, 1.0 - overlap)
 
 
 class RuleJudge:
@@ -255,12 +297,11 @@ class RuleJudge:
         repetition = len(set(sentences)) / len(sentences) if sentences else 1.0
         variety = len(set(words)) / len(words)
         variety_factor = 1.0 if len(words) < 20 or variety >= 0.4 else variety / 0.4
-        density = sum(w in _STUFF_WORDS for w in words) / len(words)
+        density = sum(map(_STUFF_WORDS.__contains__, words)) / len(words)
         stuffing = 1.0 if density <= 0.3 else 0.3 / density
         allowance = self.padding_words + 40 * len(correct)
         padding = 1.0 if len(words) <= allowance else (allowance / len(words)) ** 0.5
-        overlap = _copied_fraction(words, prompt) if prompt and len(words) >= 6 else 0.0
-        copying = 1.0 if overlap <= 0.2 else max(0.0, 1.0 - overlap)
+        copying = _copying(words, prompt) if prompt and len(words) >= 6 else 1.0
         factor = repetition * variety_factor * stuffing * padding * copying * (0.5 if contradiction else 1.0)
         reasoning = max(0.0, min(1.0, base * factor))
         return JudgeVerdict(
@@ -306,8 +347,13 @@ class RuleJudge:
             else:
                 wrong += 1
         every_price = [m.yes_price for m in view.markets] + [1.0 - m.yes_price for m in view.markets]
-        for sentence in _SENTENCE.split(text):
-            named = [by_id[f"market-{n}"] for n in _MARKET_ID.findall(sentence) if f"market-{n}" in by_id]
+        # A price or a market id that a sentence holds is found in the whole text too (a sentence is a slice
+        # of it, and the characters around a slice are whitespace, which the patterns' boundaries accept):
+        # without one in the text, no sentence needs a look.
+        sentences = _SENTENCE.split(text) if _PRICE.search(text) is not None else ()
+        for sentence in sentences:
+            named = [by_id[f"market-{n}"] for n in _MARKET_ID.findall(sentence) if f"market-{n}" in by_id] \
+                if cited_ids else ()
             shown = [q for m in named for q in (m.yes_price, 1.0 - m.yes_price)] if named else every_price
             for dec, num, unit in _PRICE.findall(sentence):
                 value = 100.0 * float(dec) if dec else float(num)
@@ -317,10 +363,14 @@ class RuleJudge:
                 elif 0 < value < 100 and unit != "%":
                     wrong += 1
         tickers = tuple(p.ticker for p in view.perps)
-        correct.update(tickers[i] for i, pattern in enumerate(_word_patterns(tickers)) if pattern.search(lower))
+        # A whole-word match needs the word as a substring first (a cheap test that rules most out).
+        correct.update(tickers[i] for i, pattern in enumerate(_word_patterns(tickers))
+                       if tickers[i].lower() in lower and pattern.search(lower))
         subjects = cited_ids | {t for t in tickers if t in correct}
         groups, by_lower, pattern = _source_names(view.npcs, tuple(g for g, _ in view.groups))
-        for name in {by_lower[m.group(0)] for m in pattern.finditer(lower)}:
+        named_sources = {by_lower[m.group(0)] for m in pattern.finditer(lower)} \
+            if any(n in lower for n in by_lower) else ()
+        for name in named_sources:
             if any(f.source == name and (f.subject in subjects or not subjects) for f in feed):
                 correct.add(f"source:{name}")
             elif name in groups and not any(f.source == name for f in feed):
@@ -353,18 +403,22 @@ class RuleJudge:
             "join_group": action.group,
             "send_dm": action.recipient,
         }.get(kind)
-        mentioned = bool(target) and _word_patterns((str(target),), r"(?<!\w)", r"(?!\w)")[0].search(text.lower())
+        lower = text.lower()
+        mentioned = bool(target) and str(target).lower() in lower and \
+            _word_patterns((str(target),), r"(?<!\w)", r"(?!\w)")[0].search(lower)
         want = self._leaning(reply, view)
         if want == 0:
             return (1.0 if mentioned else 0.5), False
         # Direction words in the sentences about the target (or the whole text if it is never named).
         argument = _PRICE_LABEL.sub(" ", text)
-        scope = _words(argument)
+        scope = None
         if mentioned:
             sentences = [s for s in _SENTENCE.split(argument) if str(target).lower() in s.lower()]
-            scope = _words(" ".join(sentences)) or scope
-        yes = sum(w in _YES_WORDS for w in scope)
-        no = sum(w in _NO_WORDS for w in scope)
+            scope = _words(" ".join(sentences))
+        if not scope:
+            scope = _words(argument)
+        yes = sum(map(_YES_WORDS.__contains__, scope))
+        no = sum(map(_NO_WORDS.__contains__, scope))
         lean = (yes > no) - (no > yes)
         agree = 1.0 if lean == want else (0.5 if lean == 0 else 0.0)
         return 0.5 * bool(mentioned) + 0.5 * agree, lean == -want

@@ -1,12 +1,17 @@
 """`OpenAIChatClient`: any OpenAI-compatible chat server (vLLM, llama.cpp, Ollama, hosted APIs).
 
-Built on the official `openai` package (the `[openai]` extra, imported when the first call is
-made, so constructing a client needs neither the package nor a connection). The base URL, model
+A plain keep-alive HTTP client: `aiohttp` with `orjson` (the `[openai]` extra, imported when the first
+call is made, so constructing a client needs neither package nor a connection). The `openai` SDK
+cost 1.1-1.7 ms of client CPU per call; one POST on a pooled connection costs a fraction of that, and
+the collector's event loop is one thread (issue 17). The request and the errors follow the SDK's
+conventions (the body fields, ``Authorization: Bearer <key>``, the error type names and messages), so
+records and servers see what they saw before; proxies come from the environment (``HTTP(S)_PROXY``,
+``NO_PROXY``), read once per connection pool. The base URL, model
 and key come from the arguments or from `OPENAI_BASE_URL`, `RLAIF_MODEL` / `OPENAI_MODEL` and
 `OPENAI_API_KEY`; local servers accept any key, so a missing key becomes "EMPTY". The key is held
 only by the HTTP client: `describe()` and every record omit it. Credentials embedded in the base URL
 (``http://user:pass@host/v1``) are stripped, with a warning, before the HTTP client sees the URL:
-httpx would otherwise send them as HTTP Basic auth instead of the key, and a server that echoes its
+an HTTP client would otherwise send them as HTTP Basic auth instead of the key, and a server that echoes its
 headers would hand base64(user:pass) back into every record.
 
 Servers echo what they receive. Every text that comes back, errors and successful replies (the
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import os
 import warnings
@@ -34,7 +40,13 @@ import numpy as np
 from ..errors import DependencyNotInstalled
 from .types import Completion, LLMError, SamplingParams
 
-__all__ = ["OpenAIChatClient", "redact_url"]
+__all__ = ["OpenAIChatClient", "redact_url", "require_http_client"]
+
+_EXTRA_HINT = 'pip install "rlaif-gym[openai]"'
+_STATUS_ERRORS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
+                  404: "NotFoundError", 409: "ConflictError", 422: "UnprocessableEntityError", 429: "RateLimitError"}
+"""The error type recorded for an HTTP status (the names the `openai` SDK gave them; >= 500 is
+"InternalServerError", any other "APIStatusError")."""
 
 _log = logging.getLogger(__name__)
 
@@ -64,6 +76,50 @@ def _strip_credentials(url: str | None) -> tuple[str | None, list[str]]:
     return urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment)), secrets
 
 
+def require_http_client(what: str = "OpenAIChatClient") -> tuple[Any, Any]:
+    """The `aiohttp` and `orjson` modules, or `DependencyNotInstalled` naming the `[openai]` extra.
+
+    The command line calls it before anything starts (a missing extra would otherwise fail every call).
+    """
+    try:
+        import aiohttp
+        import orjson
+    except ImportError as exc:
+        raise DependencyNotInstalled(f"{what} needs the aiohttp and orjson packages ({exc.name} is missing): "
+                                     f"{_EXTRA_HINT}") from None
+    return aiohttp, orjson
+
+
+class _HTTPStatusError(Exception):
+    """A non-2xx answer (internal: `complete` turns it into `LLMError`)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status
+        self.type = _STATUS_ERRORS.get(status) or ("InternalServerError" if status >= 500 else "APIStatusError")
+
+
+def _loads(raw: bytes, orjson: Any) -> Any:
+    """Decoded JSON; the standard library decides where orjson is stricter (a lone surrogate escape such as
+    ``\\ud800``, which JSON allows and `RecordingClient` repairs). Raises ValueError when it is not JSON."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
+def _status_message(status: int, raw: bytes) -> str:
+    """The SDK's error text: "Error code: 503", then " - <error.message>" when the body carries one."""
+    message = f"Error code: {status}"
+    try:
+        body = json.loads(raw.decode("utf-8", "replace").strip())
+    except ValueError:
+        return message
+    error = body.get("error", body) if isinstance(body, dict) else None
+    detail = error.get("message") if isinstance(error, dict) else None
+    return f"{message} - {detail}" if isinstance(detail, str) and detail else message
+
+
 def _secret_forms(secret: str) -> set[str]:
     """The forms in which a server may echo `secret`: plain, and base64 (standard and URL-safe, padded or
     not, and the prefix that stays the same when more text follows, as in a Basic-auth pair)."""
@@ -89,8 +145,13 @@ class OpenAIChatClient:
         max_retries: retries after the first attempt, for transient failures only.
         backoff: first backoff in seconds; doubles per retry, with up to 50% jitter.
         jitter_seed: seeds the jitter generator (reproducible schedules in tests).
-        extra_body: extra JSON fields for the server (e.g. vLLM's {"return_token_ids": True}).
+        extra_body: extra JSON fields for the server (e.g. vLLM's {"return_token_ids": True}); they win
+            over the fields this client sets.
     """
+
+    DEFAULT_BASE_URL = "https://api.openai.com/v1"
+    MAX_CONNECTIONS = 1000
+    """Connections the pool may open (the SDK's limit); the collector bounds the calls in flight."""
 
     def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None, *,
                  timeout: float = 60.0, max_retries: int = 3, backoff: float = 0.5, jitter_seed: int = 0,
@@ -109,8 +170,11 @@ class OpenAIChatClient:
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
         self.extra_body = dict(extra_body or {})
         self._rng = np.random.default_rng(jitter_seed)
-        self._client = None
-        self._client_loop = None
+        self._session: Any = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._url = ""  # `endpoint`, fixed with each connection pool
+        self._proxy: Any = None
+        self._orjson: Any = None
         self._logprobs_supported = True
 
     def __repr__(self) -> str:  # never show the key
@@ -121,75 +185,119 @@ class OpenAIChatClient:
         return {"kind": "openai-compatible", "model": self.model, "base_url": redact_url(self.base_url),
                 "timeout_s": self.timeout, "max_retries": self.max_retries}
 
-    def _get_client(self):
-        # An AsyncOpenAI client belongs to the event loop it first ran on; each `asyncio.run` (e.g. a
-        # second collect, or a resume in the same process) gets its own.
+    @property
+    def endpoint(self) -> str:
+        """The chat-completions URL: the base URL's path plus ``/chat/completions`` (its query kept)."""
+        parts = urlsplit(self.base_url or self.DEFAULT_BASE_URL)
+        return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/chat/completions", parts.query, ""))
+
+    def _get_session(self) -> Any:
+        # A connection pool belongs to the event loop it first ran on; each `asyncio.run` (e.g. a second
+        # collect, or a resume in the same process) gets its own.
         loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            try:
-                import openai
-            except ImportError as exc:
-                raise DependencyNotInstalled(
-                    'OpenAIChatClient needs the openai package: pip install "rlaif-gym[openai]"'
-                ) from exc
-            self._client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key, timeout=self.timeout,
-                                              max_retries=0)
-            self._client_loop = loop
-        return self._client
+        if self._session is None or self._session_loop is not loop:
+            aiohttp, self._orjson = require_http_client()
+            self._drop_session()
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.MAX_CONNECTIONS),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                headers={"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json",
+                         "Accept": "application/json"},
+                # Proxies are read once, here, not per request (`trust_env` would look them and a .netrc up on
+                # a worker thread for every call, and a .netrc entry would clash with the key's header).
+                trust_env=False,
+            )
+            self._session_loop = loop
+            self._url = self.endpoint
+            self._proxy = _env_proxy(self._url)
+        return self._session
+
+    def _drop_session(self) -> None:
+        """Forget a pool left on an event loop that has gone (its sockets are closed where that can be done)."""
+        old, self._session, self._session_loop = self._session, None, None
+        if old is not None and not old.closed:
+            with contextlib.suppress(Exception):  # the synchronous part of `connector.close()`: shut the sockets
+                old.connector._close()
+            with contextlib.suppress(Exception):
+                old.detach()
 
     async def aclose(self) -> None:
-        """Close the HTTP client of the running event loop (the collector calls this when it finishes)."""
-        client, self._client, self._client_loop = self._client, None, None
-        if client is not None:
+        """Close the connection pool of the running event loop (the collector calls this when it finishes)."""
+        session, self._session, self._session_loop = self._session, None, None
+        if session is not None and not session.closed:
             # Bounded: closing a pool whose request was just cancelled (Ctrl-C mid-call) can wait on
             # that connection; an interrupted run must still exit (the OS reclaims the sockets).
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(client.close(), timeout=1.0)
+                await asyncio.wait_for(session.close(), timeout=1.0)
+
+    def _body(self, messages: list[dict[str, str]], params: SamplingParams) -> dict[str, Any]:
+        body: dict[str, Any] = {"messages": messages, "model": self.model}
+        for name in ("temperature", "max_tokens", "top_p", "seed"):
+            value = getattr(params, name)
+            if value is not None:
+                body[name] = value
+        if params.logprobs and self._logprobs_supported:
+            # top_logprobs=0: the chosen tokens' logprobs only. llama-cpp-python's server returns no
+            # logprobs at all unless top_logprobs is set (OpenAI and vLLM accept 0).
+            body["logprobs"], body["top_logprobs"] = True, 0
+        extra = self.extra_body
+        if extra:
+            body.update(extra)
+        return body
+
+    async def _post(self, body: dict[str, Any]) -> Any:
+        """One attempt: the decoded JSON of a 2xx answer; `_HTTPStatusError` for any other status."""
+        session, orjson = self._get_session(), self._orjson
+        try:
+            data = orjson.dumps(body)
+        except TypeError:  # e.g. a lone surrogate in a prompt: the standard library escapes it
+            data = json.dumps(body).encode("ascii")
+        async with session.post(self._url, data=data, proxy=self._proxy) as response:
+            raw = await response.read()
+            status = response.status
+        if _log.isEnabledFor(logging.DEBUG):
+            _log.debug("POST %s: HTTP %d, %d bytes", redact_url(self._url), status, len(raw))
+        if not 200 <= status < 300:
+            raise _HTTPStatusError(status, _status_message(status, raw))
+        return _loads(raw, orjson)
 
     async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
         """One completion, retried on transient failures; raises `LLMError` when it gives up."""
-        import openai  # the client above has checked that it is installed
-
-        client = self._get_client()
+        aiohttp, _ = require_http_client()
         attempt = 0
         while True:
             attempt += 1
-            kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
-            for name in ("temperature", "max_tokens", "top_p", "seed"):
-                if getattr(params, name) is not None:
-                    kwargs[name] = getattr(params, name)
-            if params.logprobs and self._logprobs_supported:
-                # top_logprobs=0: the chosen tokens' logprobs only. llama-cpp-python's server returns no
-                # logprobs at all unless top_logprobs is set (OpenAI and vLLM accept 0).
-                kwargs["logprobs"], kwargs["top_logprobs"] = True, 0
-            if self.extra_body:
-                kwargs["extra_body"] = self.extra_body
+            body = self._body(messages, params)
             try:
-                response = await client.chat.completions.create(**kwargs)
-                return self._completion(response, attempt)
-            except openai.BadRequestError as exc:
-                if "logprobs" in kwargs and "logprob" in str(exc).lower():
+                return self._completion(await self._post(body), attempt)
+            except _HTTPStatusError as exc:
+                status, reason = exc.status_code, self._message(exc)
+                if status == 400 and "logprobs" in body and "logprob" in str(exc).lower():
                     self._logprobs_supported = False
                     _log.warning("the server at %s refused logprobs (%s); calls go on without them",
-                                 self.base_url, self._message(exc)[:120])
+                                 redact_url(self.base_url), reason[:120])
                     attempt -= 1
                     continue
-                raise LLMError(self._message(exc), type_="BadRequestError", status_code=exc.status_code,
-                               attempts=attempt) from None
-            except (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
-                    openai.InternalServerError, openai.APIResponseValidationError, ValueError) as exc:
-                status, reason = getattr(exc, "status_code", None), self._message(exc)
-                if attempt > self.max_retries:
-                    raise LLMError(self._message(exc), type_=type(exc).__name__, status_code=status, retryable=True,
-                                   attempts=attempt) from None
-            except openai.APIStatusError as exc:
-                retryable, reason = exc.status_code >= 500 or exc.status_code == 429, self._message(exc)
+                retryable = status >= 500 or status == 429
                 if not retryable or attempt > self.max_retries:
-                    raise LLMError(self._message(exc), type_=type(exc).__name__, status_code=exc.status_code,
-                                   retryable=retryable, attempts=attempt) from None
+                    raise LLMError(reason, type_=exc.type, status_code=status, retryable=retryable,
+                                   attempts=attempt) from None
+            except (asyncio.TimeoutError, TimeoutError):
+                reason = "Request timed out."
+                if attempt > self.max_retries:
+                    raise LLMError(reason, type_="APITimeoutError", retryable=True, attempts=attempt) from None
+            except (aiohttp.ClientError, OSError) as exc:  # refused, reset, a broken HTTP answer, a bad URL
+                reason = "Connection error."
+                _log.debug("connection error on %s: %s", redact_url(self.base_url), self._message(exc))
+                if attempt > self.max_retries:
+                    raise LLMError(reason, type_="APIConnectionError", retryable=True, attempts=attempt) from None
+            except ValueError as exc:  # a malformed answer (not JSON, no choices, ...)
+                reason = self._message(exc)
+                if attempt > self.max_retries:
+                    raise LLMError(reason, type_=type(exc).__name__, retryable=True, attempts=attempt) from None
             delay = self.backoff * (2 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
             if _log.isEnabledFor(logging.INFO):
-                _log.info("call to %s failed (%s); retry %d of %d in %.2f s", self.base_url,
+                _log.info("call to %s failed (%s); retry %d of %d in %.2f s", redact_url(self.base_url),
                           reason[:160], attempt, self.max_retries, delay)
             await asyncio.sleep(delay)
 
@@ -205,41 +313,52 @@ class OpenAIChatClient:
         return self._redact(str(exc) or type(exc).__name__)[:500]
 
     def _completion(self, response: Any, attempts: int) -> Completion:
-        """Normalise a response; any malformed part raises ValueError, which the caller retries."""
+        """Normalise a decoded response; any malformed part raises ValueError, which the caller retries."""
         try:
             return self._parse(response, attempts)
         except (AttributeError, TypeError, KeyError, IndexError) as exc:
             raise ValueError(f"malformed response: {type(exc).__name__}: {exc}") from None
 
     def _parse(self, response: Any, attempts: int) -> Completion:
-        choices = getattr(response, "choices", None)
+        choices = response.get("choices") if isinstance(response, dict) else None
         if not choices or not isinstance(choices, list):
             raise ValueError(f"malformed response: no choices in {str(response)[:200]!r}")
         choice = choices[0]
-        message = choice.message
-        text = message.content if message is not None else None
+        message = choice.get("message")
+        text = message.get("content") if message is not None else None
         if not isinstance(text, str):
             raise ValueError(f"malformed response: message content is {type(text).__name__}, expected text")
         logprobs = None
-        content = getattr(getattr(choice, "logprobs", None), "content", None)
+        content = choice.get("logprobs")
+        content = content.get("content") if isinstance(content, dict) else None
         if content:
-            logprobs = [float(t.logprob) for t in content]
-        usage = getattr(response, "usage", None)
-        extra = getattr(choice, "model_extra", None) or {}
-        token_ids = extra.get("token_ids") if isinstance(extra.get("token_ids"), list) else None
-        response_extra = getattr(response, "model_extra", {}) or {}
-        prompt_ids = response_extra.get("prompt_token_ids")
+            logprobs = [float(t["logprob"]) for t in content]
+        usage = response.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        token_ids = choice.get("token_ids")
+        token_ids = token_ids if isinstance(token_ids, list) else None
+        prompt_ids = response.get("prompt_token_ids")
         prompt_ids = prompt_ids if isinstance(prompt_ids, list) else None
-        reasoning = getattr(message, "reasoning_content", None) or (getattr(message, "model_extra", None) or {}).get(
-            "reasoning_content")
+        reasoning = message.get("reasoning_content")
         if isinstance(reasoning, str):
             reasoning = self._redact(reasoning)
         return Completion(
-            text=self._redact(text), model=getattr(response, "model", None) or self.model,
-            finish_reason=choice.finish_reason,
-            prompt_tokens=getattr(usage, "prompt_tokens", None), completion_tokens=getattr(usage, "completion_tokens",
-                                                                                           None),
-            total_tokens=getattr(usage, "total_tokens", None), prompt_token_ids=prompt_ids,
-            completion_token_ids=token_ids, completion_logprobs=logprobs, reasoning=reasoning, attempts=attempts,
+            text=self._redact(text), model=response.get("model") or self.model,
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
+            total_tokens=usage.get("total_tokens"), prompt_token_ids=prompt_ids,
+            completion_token_ids=token_ids, completion_logprobs=logprobs, reasoning=reasoning,
+            attempts=attempts,
         )
 
+
+def _env_proxy(url: str) -> Any:
+    """The proxy the environment names for `url` (``HTTP(S)_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), or None."""
+    try:
+        from aiohttp.helpers import get_env_proxy_for_url
+        from yarl import URL
+
+        proxy, _auth = get_env_proxy_for_url(URL(url))
+    except Exception:  # LookupError: none (or bypassed); anything else: this aiohttp has no such helper
+        return None
+    return proxy

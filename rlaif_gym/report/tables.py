@@ -120,6 +120,16 @@ def _calls(attr: str) -> _Getter:
     return lambda r: getattr(r.metrics.calls, attr)
 
 
+def _executed_rate(r: RunReport) -> float | None:
+    """Share of ticks whose action the world carried out (a wait counts): format-valid ticks less the
+    refused ones (`failed_actions`: an unknown id, too little cash, ...). A format-valid reply need not
+    be executable; this rate says how many were."""
+    m = r.metrics
+    if not m.ticks or not math.isfinite(m.format_valid_rate):
+        return None
+    return (m.format_valid_rate * m.ticks - m.failed_actions) / m.ticks
+
+
 def _baseline(name: str) -> _Getter:
     def get(r: RunReport) -> float | None:
         if r.baselines is None:
@@ -160,7 +170,8 @@ def _specs(runs: Sequence[RunReport]) -> list[tuple[str, str, _Getter, str]]:
         ("Forecasting (ground truth)", "Brier score, agent's positions", _pred("brier"), "num"),
         ("Forecasting (ground truth)", "Brier score, market price", _pred("market_brier"), "num"),
         ("Forecasting (ground truth)", "Brier score, true probability", _pred("truth_brier"), "num"),
-        ("LLM", "format-valid rate (executable action)", _m("format_valid_rate"), "pct"),
+        ("LLM", "format-valid rate (the reply parsed into one action)", _m("format_valid_rate"), "pct"),
+        ("LLM", "executed rate (the world carried the action out)", _executed_rate, "pct"),
         ("LLM", "format-clean rate (canonical reply)", _m("format_clean_rate"), "pct"),
         ("LLM", "failed actions (refused by the world)", _m("failed_actions"), "int"),
         ("LLM", "LLM calls", _calls("calls"), "int"),
@@ -246,7 +257,8 @@ def headline(run: RunReport) -> str:
     parts = [f"{m.episodes} episodes ({statuses})", f"mean PnL {fmt_number(pnl, 'usd')} USD{ci}",
              f"mean return {fmt_number(m.mean_total_reward)}",
              f"Spearman return vs PnL {fmt_number(m.reward_pnl_correlation)}",
-             f"format-valid {fmt_number(m.format_valid_rate, 'pct')}"]
+             f"format-valid {fmt_number(m.format_valid_rate, 'pct')}",
+             f"executed {fmt_number(_executed_rate(run), 'pct')}"]
     return f"{run.name}: " + " · ".join(parts)
 
 

@@ -49,13 +49,10 @@ from ..config import RLAIFEnvConfig
 from ..errors import ConfigError
 from ..llm import LLMError
 from ..trajectory import (
-    Action,
     EnvironmentState,
-    Feedback,
-    Observation,
     Trajectory,
     TrajectoryStep,
-    sim_timestamp_ms,
+    step_record,
 )
 from .progress import ProgressDisplay, progress_mode
 from .quality import QualityTally, validate_trajectory
@@ -549,15 +546,8 @@ class RolloutCollector:
                 system, prompt, info, t0 = start.system, start.prompt, start.info, start.tick
             ready, tick = True, t0
             for t in range(t0, limit):
-                state = base.state
-                equity, cash = info["equity"], info["cash"]
+                before = account_before(base, info, self.config)
                 numeric = base.numeric_observation.tolist()
-                before = EnvironmentState(
-                    agent_balance=equity, agent_pnl=equity - self.config.starting_cash,
-                    open_positions=int((state.hold_yes[0] > 0).sum() + (state.hold_no[0] > 0).sum()
-                                       + (state.pos_side[0] != 0).sum()),
-                    active_markets=self.config.num_markets, cash=cash, tick=int(state.tick[0]),
-                )
                 try:
                     async with self._call_slots:
                         reply, record = await self.agent.act(system, prompt,
@@ -571,23 +561,7 @@ class RolloutCollector:
                     status = "failed"
                     break
                 next_prompt, reward, terminated, truncated, info = env.step(reply)
-                parsed = info["parsed_action"]
-                record.action_type = parsed["type"] if parsed else None
-                steps.append(TrajectoryStep(
-                    step_number=t, timestamp=sim_timestamp_ms(int(state.tick[0])), environment_state=before,
-                    llm_calls=[record],
-                    action=Action(
-                        action_type=parsed["type"] if parsed else "invalid",
-                        parameters={k: v for k, v in (parsed or {}).items() if k != "type"},
-                        success=info["feedback"]["success"], error=info["feedback"]["error"],
-                        reasoning=info["reasoning"] or None, result={"pnl_delta": info["pnl_delta"]},
-                    ),
-                    reward=reward, observation=Observation(text=prompt, numeric=numeric),
-                    feedback=Feedback(success=info["feedback"]["success"], error=info["feedback"]["error"],
-                                      pnl_delta=info["pnl_delta"], **info["fill"]),
-                    reward_components=info["reward_components"], format_errors=info["format_errors"],
-                    judge=info["judge"],
-                ))
+                steps.append(step_record(t, before, record, prompt, numeric, reward, info))
                 display.tick(reward)
                 prompt, tick = next_prompt, t + 1
                 await asyncio.sleep(0)  # a policy that never awaits (the scripted agent) still lets the writer run
@@ -609,6 +583,24 @@ class RolloutCollector:
             failed_calls=failed_calls, errors=errors, status=status, wall_s=wall_s, config=self.config,
             env_id=self.env_id, reward_weights=base.reward_weights, agent=self.agent.describe(),
         )
+
+
+def account_before(base: Any, info: Mapping[str, Any], config: RLAIFEnvConfig) -> EnvironmentState:
+    """The agent's account before a tick's action: equity, PnL, open positions (from the text env's view of
+    the same state when it has one: no array reductions), markets and cash; `info` is the last reset's or
+    step's."""
+    equity = info["equity"]
+    view = getattr(base, "_view", None)
+    if view is not None:
+        positions = (sum(m.held_yes > 0 for m in view.markets) + sum(m.held_no > 0 for m in view.markets)
+                     + sum(p.side is not None for p in view.perps))
+        tick = view.tick
+    else:
+        state = base.state
+        positions = int((state.hold_yes[0] > 0).sum() + (state.hold_no[0] > 0).sum() + (state.pos_side[0] != 0).sum())
+        tick = int(state.tick[0])
+    return EnvironmentState(agent_balance=equity, agent_pnl=equity - config.starting_cash, open_positions=positions,
+                            active_markets=config.num_markets, cash=info["cash"], tick=tick)
 
 
 def build_trajectory(*, trajectory_id: str, agent_id: str, window_id: str, env_seed: int, group_id: str | None,

@@ -1,8 +1,10 @@
 """A numba-compiled `step` with the semantics of `engine.step` (ARCHITECTURE.md decision 1).
 
 `fast.step(state, actions, params)` mutates `state` and returns a `StepOutcome` exactly as
-`engine.step` does; `engine.step` stays the reference. numba is optional (`pip install rlaif-gym[fast]`):
-without it `available()` is False and `step` falls back to `engine.step`.
+`engine.step` does; `engine.step` stays the reference. numba is a core dependency; where it cannot be
+installed or imported, `available()` is False and `step` falls back to `engine.step`. Kernels compile
+on first use, once per machine (about a minute on a small machine; `compile_notice` says so), and are
+cached next to this file.
 
 How it stays the same as the numpy path:
 - one kernel loops over worlds and does, per world, what the vectorised functions do, in the same
@@ -21,10 +23,13 @@ float fields agree to about 1e-15 relative and discrete fields agree exactly (te
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import math
 import operator
+import sys
+import threading
 from dataclasses import fields
 
 import numpy as np
@@ -35,17 +40,57 @@ from .actions import ActionBatch, ActionType
 from .params import GROUP_NAMES, NEWS_SOURCES, NpcBehaviour, WorldParams
 from .state import FEED_LENGTH, WorldState
 
-try:  # optional dependency: rlaif-gym[fast]
+try:  # a core dependency, but the numpy engine stays usable where numba cannot be installed
     import numba
 except ImportError:  # pragma: no cover - exercised only where numba is absent
     numba = None
 
-__all__ = ["available", "step"]
+__all__ = ["available", "compile_notice", "packed", "step"]
+
+COMPILE_NOTICE_AFTER_S = 2.0
+"""A first call that takes longer than this is compiling (a cache hit loads in well under a second)."""
+_noticed = False
+_warm = False  # `step` has run its kernel in this process (so it skips `compile_notice`)
+
+
+def _mark_warm() -> None:
+    global _warm
+    _warm = True
 
 
 def available() -> bool:
     """True when numba is installed, so `step` runs compiled."""
     return numba is not None
+
+
+@contextlib.contextmanager
+def compile_notice(dispatcher):
+    """Around a compiled function's first call in this process: one line on stderr if it compiles.
+
+    numba compiles on the first call and caches the machine code on disk, so only the first run on a
+    machine (or after an upgrade) waits; that wait of a minute or so should not look like a hang. A
+    timer prints the line only if the call is still running after `COMPILE_NOTICE_AFTER_S`, so cache
+    hits stay silent. Printed at most once per process.
+    """
+    global _noticed
+    if _noticed or getattr(dispatcher, "signatures", True):
+        yield
+        return
+
+    def say() -> None:
+        global _noticed
+        if not _noticed:
+            _noticed = True
+            print("rlaif-gym: compiling the world kernels for this machine (once, about a minute; cached "
+                  "afterwards; backend='numpy' skips it)", file=sys.stderr, flush=True)
+
+    timer = threading.Timer(COMPILE_NOTICE_AFTER_S, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _jit(fn):
@@ -807,6 +852,178 @@ _KERNEL_PY = getattr(_kernel, "py_func", _kernel)
 if tuple(inspect.signature(_KERNEL_PY).parameters)[15:] != _STATE_FIELDS:  # pragma: no cover
     raise ImportError("rlaif_gym.sim.fast._kernel's parameters no longer match WorldState's fields")
 
+# ---------------------------------------------------------------------------------------------
+# The packed state. A compiled call pays for every array argument it unboxes (about 0.1-0.2 us
+# each: 86 state arrays cost more than a one-world step's compiled work), so the compiled backend
+# keeps a state's arrays as views of four flat buffers (float64, int64, uint64, bool) and passes
+# those plus a table of offsets and shapes; the kernels rebuild the views inside compiled code.
+
+_PACK_KINDS = {"f": np.float64, "i": np.int64, "u": np.uint64, "b": np.bool_}
+_PACKED_LAYOUT = (
+    ("i", 1), ("u", 1), ("f", 2), ("f", 2), ("f", 2), ("f", 2), ("f", 2), ("f", 2),
+    ("i", 2), ("i", 2), ("i", 2), ("i", 2), ("f", 2), ("f", 2), ("i", 1), ("f", 1),
+    ("f", 2), ("f", 2), ("f", 2), ("f", 2), ("f", 1), ("f", 1), ("f", 2), ("f", 2),
+    ("f", 2), ("f", 2), ("i", 2), ("f", 2), ("f", 2), ("f", 2), ("f", 2), ("i", 2),
+    ("i", 1), ("b", 1), ("i", 1), ("f", 1), ("i", 1), ("f", 1), ("f", 2), ("f", 3),
+    ("f", 3), ("f", 2), ("f", 3), ("f", 2), ("f", 2), ("f", 3), ("f", 2), ("b", 2),
+    ("i", 1), ("i", 1), ("i", 1), ("f", 1), ("i", 1), ("i", 2), ("i", 2), ("i", 2),
+    ("i", 2), ("i", 2), ("i", 2), ("i", 1), ("i", 2), ("i", 2), ("i", 2), ("i", 2),
+    ("i", 2), ("i", 1), ("i", 2), ("i", 2), ("i", 2), ("i", 2), ("i", 2), ("f", 1),
+    ("f", 1),
+)
+"""(dtype kind, ndim) of each WorldState field, in field order: what `_unpacked_kernel` rebuilds."""
+if len(_PACKED_LAYOUT) != len(_STATE_FIELDS):  # pragma: no cover
+    raise ImportError("rlaif_gym.sim.fast._PACKED_LAYOUT no longer matches WorldState's fields")
+
+
+def packed(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`state`'s arrays as four flat buffers and a table, for the compiled kernels.
+
+    The first call copies the arrays into the buffers and rebinds the state's fields to views of
+    them (values unchanged; numpy code sees no difference); later calls return the cached buffers
+    until a field is rebound (`WorldState` drops the cache then; copies never carry it).
+
+    Returns:
+        (float64, int64, uint64 and bool buffers, table): row i of the int64 table holds field i's
+        offset in its buffer and its sizes after the world dimension; the last row holds B.
+    """
+    cached = state.__dict__.get("_packed")
+    if cached is not None:
+        return cached
+    arrays = _state_arrays(state)
+    nb = state.batch_size
+    table = np.zeros((len(arrays) + 1, 3), dtype=np.int64)
+    used = dict.fromkeys(_PACK_KINDS, 0)
+    for i, (name, arr, (kind, ndim)) in enumerate(zip(_STATE_FIELDS, arrays, _PACKED_LAYOUT, strict=True)):
+        if arr.dtype != _PACK_KINDS[kind] or arr.ndim != ndim or arr.shape[0] != nb:
+            raise TypeError(f"WorldState.{name} must be a {np.dtype(_PACK_KINDS[kind])} array of {ndim} dimensions "
+                            f"with {nb} worlds first, got {arr.dtype} {arr.shape}")
+        table[i, 0] = used[kind]
+        table[i, 1:ndim] = arr.shape[1:]
+        used[kind] += arr.size
+    table[-1, 0] = nb
+    buffers = {kind: np.empty(max(n, 1), dtype=_PACK_KINDS[kind]) for kind, n in used.items()}
+    for i, (name, arr, (kind, _)) in enumerate(zip(_STATE_FIELDS, arrays, _PACKED_LAYOUT, strict=True)):
+        view = buffers[kind][table[i, 0]: table[i, 0] + arr.size].reshape(arr.shape)
+        view[...] = arr
+        object.__setattr__(state, name, view)  # not WorldState.__setattr__, which would drop the cache
+    result = (buffers["f"], buffers["i"], buffers["u"], buffers["b"], table)
+    state.__dict__["_packed"] = result
+    return result
+
+
+@_jit_inline
+def _v1(buf, tab, i, nb):
+    o = tab[i, 0]
+    return buf[o:o + nb]
+
+
+@_jit_inline
+def _v2(buf, tab, i, nb):
+    o, d1 = tab[i, 0], tab[i, 1]
+    return buf[o:o + nb * d1].reshape((nb, d1))
+
+
+@_jit_inline
+def _v3(buf, tab, i, nb):
+    o, d1, d2 = tab[i, 0], tab[i, 1], tab[i, 2]
+    return buf[o:o + nb * d1 * d2].reshape((nb, d1, d2))
+
+
+@_jit
+def _unpacked_kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
+                     out_f, out_i, out_b, fb, ib, kb, bb, tab):
+    """`_kernel` on a packed state (see `packed`)."""
+    nb = tab[tab.shape[0] - 1, 0]
+    tick = _v1(ib, tab, 0, nb)
+    key = _v1(kb, tab, 1, nb)
+    pm_yes = _v2(fb, tab, 2, nb)
+    pm_no = _v2(fb, tab, 3, nb)
+    pm_collateral = _v2(fb, tab, 4, nb)
+    pm_house_yes = _v2(fb, tab, 5, nb)
+    pm_house_no = _v2(fb, tab, 6, nb)
+    pm_truth = _v2(fb, tab, 7, nb)
+    pm_outcome = _v2(ib, tab, 8, nb)
+    pm_open_tick = _v2(ib, tab, 9, nb)
+    pm_resolve_tick = _v2(ib, tab, 10, nb)
+    pm_serial = _v2(ib, tab, 11, nb)
+    pm_last_price = _v2(fb, tab, 12, nb)
+    pm_npc_flow = _v2(fb, tab, 13, nb)
+    next_serial = _v1(ib, tab, 14, nb)
+    cash = _v1(fb, tab, 15, nb)
+    hold_yes = _v2(fb, tab, 16, nb)
+    hold_no = _v2(fb, tab, 17, nb)
+    cost_yes = _v2(fb, tab, 18, nb)
+    cost_no = _v2(fb, tab, 19, nb)
+    realized_pnl = _v1(fb, tab, 20, nb)
+    fees_paid = _v1(fb, tab, 21, nb)
+    perp_price = _v2(fb, tab, 22, nb)
+    perp_prev_price = _v2(fb, tab, 23, nb)
+    perp_ema = _v2(fb, tab, 24, nb)
+    perp_funding = _v2(fb, tab, 25, nb)
+    pos_side = _v2(ib, tab, 26, nb)
+    pos_notional = _v2(fb, tab, 27, nb)
+    pos_entry = _v2(fb, tab, 28, nb)
+    pos_leverage = _v2(fb, tab, 29, nb)
+    pos_margin = _v2(fb, tab, 30, nb)
+    pos_serial = _v2(ib, tab, 31, nb)
+    next_pos_serial = _v1(ib, tab, 32, nb)
+    narr_active = _v1(bb, tab, 33, nb)
+    narr_ticker = _v1(ib, tab, 34, nb)
+    narr_sign = _v1(fb, tab, 35, nb)
+    narr_tick = _v1(ib, tab, 36, nb)
+    narr_mag = _v1(fb, tab, 37, nb)
+    npc_cash = _v2(fb, tab, 38, nb)
+    npc_yes = _v3(fb, tab, 39, nb)
+    npc_no = _v3(fb, tab, 40, nb)
+    npc_rep = _v2(fb, tab, 41, nb)
+    npc_claims = _v3(fb, tab, 42, nb)
+    news_acc = _v2(fb, tab, 43, nb)
+    post_acc = _v2(fb, tab, 44, nb)
+    group_acc = _v3(fb, tab, 45, nb)
+    perp_news_acc = _v2(fb, tab, 46, nb)
+    joined = _v2(bb, tab, 47, nb)
+    posts_created = _v1(ib, tab, 48, nb)
+    dms_sent = _v1(ib, tab, 49, nb)
+    followers = _v1(ib, tab, 50, nb)
+    reputation = _v1(fb, tab, 51, nb)
+    news_count = _v1(ib, tab, 52, nb)
+    news_tick = _v2(ib, tab, 53, nb)
+    news_kind = _v2(ib, tab, 54, nb)
+    news_target = _v2(ib, tab, 55, nb)
+    news_serial = _v2(ib, tab, 56, nb)
+    news_source = _v2(ib, tab, 57, nb)
+    news_signal = _v2(ib, tab, 58, nb)
+    post_count = _v1(ib, tab, 59, nb)
+    post_tick = _v2(ib, tab, 60, nb)
+    post_author = _v2(ib, tab, 61, nb)
+    post_target = _v2(ib, tab, 62, nb)
+    post_serial = _v2(ib, tab, 63, nb)
+    post_signal = _v2(ib, tab, 64, nb)
+    tip_count = _v1(ib, tab, 65, nb)
+    tip_tick = _v2(ib, tab, 66, nb)
+    tip_group = _v2(ib, tab, 67, nb)
+    tip_target = _v2(ib, tab, 68, nb)
+    tip_serial = _v2(ib, tab, 69, nb)
+    tip_signal = _v2(ib, tab, 70, nb)
+    house_cash = _v1(fb, tab, 71, nb)
+    fees_collected = _v1(fb, tab, 72, nb)
+    return _kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
+                   out_f, out_i, out_b,
+                   tick, key, pm_yes, pm_no, pm_collateral, pm_house_yes, pm_house_no, pm_truth, pm_outcome,
+                   pm_open_tick, pm_resolve_tick, pm_serial, pm_last_price, pm_npc_flow, next_serial,
+                   cash, hold_yes, hold_no, cost_yes, cost_no, realized_pnl, fees_paid,
+                   perp_price, perp_prev_price, perp_ema, perp_funding, pos_side, pos_notional, pos_entry,
+                   pos_leverage, pos_margin, pos_serial, next_pos_serial,
+                   narr_active, narr_ticker, narr_sign, narr_tick, narr_mag,
+                   npc_cash, npc_yes, npc_no, npc_rep, npc_claims,
+                   news_acc, post_acc, group_acc, perp_news_acc,
+                   joined, posts_created, dms_sent, followers, reputation,
+                   news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal,
+                   post_count, post_tick, post_author, post_target, post_serial, post_signal,
+                   tip_count, tip_tick, tip_group, tip_target, tip_serial, tip_signal,
+                   house_cash, fees_collected)
+
 
 @functools.lru_cache(maxsize=32)
 def _param_arrays(params: WorldParams):
@@ -840,8 +1057,14 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine
     out_i = np.empty((len(_OI), b), dtype=np.int64)
     out_b = np.empty((len(_OB), b), dtype=np.bool_)
     a = actions
-    ok = _kernel(pf, pi, beh, cf, a.kind, a.target, a.side, a.amount, a.leverage, a.pre_error, a.pre_a, a.pre_b,
-                 out_f, out_i, out_b, *_state_arrays(state))
+    args = (pf, pi, beh, cf, a.kind, a.target, a.side, a.amount, a.leverage, a.pre_error, a.pre_a, a.pre_b,
+            out_f, out_i, out_b, *packed(state))
+    if _warm:
+        ok = _unpacked_kernel(*args)
+    else:
+        with compile_notice(_unpacked_kernel):
+            ok = _unpacked_kernel(*args)
+        _mark_warm()
     if not ok:
         raise InvalidActionError(f"ActionBatch.kind must hold ActionType codes 0..{_MAX_KIND}, "
                                  f"got {sorted(set(a.kind.tolist()))}; build batches with ActionBatch.from_actions")

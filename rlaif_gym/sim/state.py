@@ -113,6 +113,21 @@ class WorldState:
     house_cash: np.ndarray  # (B,) USD paid out by the house (market seeding, perp PnL), may be < 0
     fees_collected: np.ndarray  # (B,) USD of every fee, agent's and NPCs'
 
+    # The compiled backend keeps the arrays as views of a few flat buffers (`sim.fast.packed`) and
+    # caches those buffers in `_packed`. The cache is dropped whenever a field is rebound to another
+    # array, and never copied or pickled (a copy's arrays are new, so its buffers must be too).
+
+    def __setattr__(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)
+        if name != "_packed":
+            self.__dict__.pop("_packed", None)
+
+    def __deepcopy__(self, memo) -> WorldState:
+        return WorldState(**{f.name: copy.deepcopy(getattr(self, f.name), memo) for f in fields(self)})
+
+    def __getstate__(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     @property
     def batch_size(self) -> int:
         """Number of worlds B."""

