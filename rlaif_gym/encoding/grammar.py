@@ -234,6 +234,19 @@ def _schema_value(field: str, lim: GrammarLimits) -> dict[str, Any]:
     return {"type": "string", "minLength": 1, "maxLength": lim.id_chars, "pattern": f"^[{_ID_CHARS}]+$"}
 
 
+def _reply_schema(branches: list[dict[str, Any]], lim: GrammarLimits) -> dict[str, Any]:
+    """The reply object: bounded reasoning and one of the action `branches`."""
+    return {
+        "type": "object",
+        "properties": {
+            "reasoning": {"type": "string", "minLength": 1, "maxLength": lim.think_chars},
+            "action": {"anyOf": branches},
+        },
+        "required": ["reasoning", "action"],
+        "additionalProperties": False,
+    }
+
+
 def reply_json_schema(limits: GrammarLimits | None = None) -> dict[str, Any]:
     """The JSON schema of the JSON-only reply `{"reasoning": str, "action": {...}}` (guided_json,
     response_format). Every property is required and no others are allowed (OpenAI strict mode)."""
@@ -245,15 +258,7 @@ def reply_json_schema(limits: GrammarLimits | None = None) -> dict[str, Any]:
             props.update({f: _schema_value(f, lim) for f in fields})
             branches.append({"type": "object", "properties": props, "required": list(props),
                              "additionalProperties": False})
-    return {
-        "type": "object",
-        "properties": {
-            "reasoning": {"type": "string", "minLength": 1, "maxLength": lim.think_chars},
-            "action": {"anyOf": branches},
-        },
-        "required": ["reasoning", "action"],
-        "additionalProperties": False,
-    }
+    return _reply_schema(branches, lim)
 
 
 # -- per tick: only the ids the prompt shows -------------------------------------------------------------------
@@ -460,15 +465,7 @@ def tick_json_schema(ids: TickIds, limits: GrammarLimits | None = None) -> dict[
                     props[f] = {"type": "string", "enum": list(values)}
             branches.append({"type": "object", "properties": props, "required": list(props),
                              "additionalProperties": False})
-    return {
-        "type": "object",
-        "properties": {
-            "reasoning": {"type": "string", "minLength": 1, "maxLength": lim.think_chars},
-            "action": {"anyOf": branches},
-        },
-        "required": ["reasoning", "action"],
-        "additionalProperties": False,
-    }
+    return _reply_schema(branches, lim)
 
 
 def constraint_body(mode: str, limits: GrammarLimits | None = None, ids: TickIds | None = None) -> dict[str, Any]:

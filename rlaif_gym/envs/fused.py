@@ -222,11 +222,4 @@ class FusedStep:
     @staticmethod
     def outcome(out_f: np.ndarray, out_i: np.ndarray, out_b: np.ndarray) -> sim.StepOutcome:
         """A `StepOutcome` whose arrays are rows of `step`'s outcome arrays."""
-        e_a, e_b, shares, usd, fee, eq0, eq1, pnl, ratio, lev, payout = out_f[:_PNL_ROW]
-        error, resolved, liquidated = out_i
-        success, added, bankrupt = out_b
-        return sim.StepOutcome(
-            success=success, error=error, error_a=e_a, error_b=e_b, filled_shares=shares, filled_usd=usd, fee=fee,
-            equity_before=eq0, equity_after=eq1, pnl_delta=pnl, added_exposure=added, exposure_ratio=ratio,
-            leverage_requested=lev, resolved=resolved, payout=payout, liquidated=liquidated, bankrupt=bankrupt,
-        )
+        return sim_fast.outcome_of(out_f[:_PNL_ROW], out_i, out_b)

@@ -207,6 +207,16 @@ def _one_sided(view: TickView) -> bool:
     return any(count[m] >= 2 and len(dirs) == 1 for m, dirs in seen.items())
 
 
+def _candidate_grams(words: list[str], prompt: str, n: int) -> tuple[set[tuple[str, ...]], list[str], list]:
+    """(the reasoning's word n-grams, the prompt's words, the n-grams made only of prompt words)."""
+    grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+    if not grams:
+        return grams, [], []
+    tokens = _prompt_tokens(prompt)
+    vocabulary = set(tokens)
+    return grams, tokens, [g for g in grams if vocabulary.issuperset(g)]
+
+
 def _copied_fraction(words: list[str], prompt: str, n: int = 6) -> float:
     """Share of the reasoning's word n-grams that appear verbatim in the prompt.
 
@@ -214,12 +224,9 @@ def _copied_fraction(words: list[str], prompt: str, n: int = 6) -> float:
     words is a whole word of the prompt, so the substring search runs only on those, and the haystack
     is joined only when one is left: same result, a fraction of the cost.
     """
-    grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+    grams, tokens, candidates = _candidate_grams(words, prompt, n)
     if not grams:
         return 0.0
-    tokens = _prompt_tokens(prompt)
-    vocabulary = set(tokens)
-    candidates = [g for g in grams if vocabulary.issuperset(g)]
     if not candidates:
         return 0.0
     haystack = " " + " ".join(tokens) + " "
@@ -233,12 +240,9 @@ def _copying(words: list[str], prompt: str, n: int = 6, allowed: float = 0.2) ->
     that bound is within `allowed` (nearly every honest reply), the factor is 1 without any substring
     search. Otherwise it is `_copied_fraction`'s exact share.
     """
-    grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+    grams, tokens, candidates = _candidate_grams(words, prompt, n)
     if not grams:
         return 1.0
-    tokens = _prompt_tokens(prompt)
-    vocabulary = set(tokens)
-    candidates = [g for g in grams if vocabulary.issuperset(g)]
     if len(candidates) <= allowed * len(grams):
         return 1.0
     haystack = " " + " ".join(tokens) + " "

@@ -1068,6 +1068,11 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine
     if not ok:
         raise InvalidActionError(f"ActionBatch.kind must hold ActionType codes 0..{_MAX_KIND}, "
                                  f"got {sorted(set(a.kind.tolist()))}; build batches with ActionBatch.from_actions")
+    return outcome_of(out_f, out_i, out_b)
+
+
+def outcome_of(out_f: np.ndarray, out_i: np.ndarray, out_b: np.ndarray) -> engine.StepOutcome:
+    """A `StepOutcome` whose arrays are the rows of the kernel's outcome arrays (`_OF`, `_OI`, `_OB` order)."""
     e_a, e_b, shares, usd, fee, eq0, eq1, pnl, ratio, lev, payout = out_f
     error, resolved, liquidated = out_i
     success, added, bankrupt = out_b
