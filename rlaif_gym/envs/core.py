@@ -82,9 +82,8 @@ class RLAIFCore:
         self.reward_fn = RewardFunction.from_config(config, self.archetype)
         self.weights = self.reward_fn.weights
         self._sim_step, self._encode = _select_backend(config.backend)
-        self.compiled = self._sim_step is not sim.step
         self.fused = None
-        if self.compiled:
+        if self._sim_step is not sim.step:
             from . import fused  # imports numba: only for the compiled backend
 
             if fused.supports(self.reward_fn, self.archetype):

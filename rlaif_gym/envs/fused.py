@@ -148,7 +148,6 @@ class FusedStep:
     def __init__(self, params: sim.WorldParams, layout, reward_fn, nvec: np.ndarray, perp_leverage: float,
                  num_worlds: int) -> None:
         n = num_worlds
-        self.params = params
         self.nvec = np.asarray(nvec, dtype=np.int64)
         used = [sim_fast._STATE_FIELDS.index(name) for name in _USED_FIELDS]
         fc = np.concatenate([

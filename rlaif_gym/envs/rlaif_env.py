@@ -214,7 +214,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     def step(self, action):
         """Apply one action, advance the world one tick, and score the transition."""
         self._check_running()
-        if self._core.fused is not None and self._behavior is None:
+        if self._core.fused is not None:  # None with an archetype (its behaviour term) or numpy
             return self._fused_step(action)
         act = self._validated(action)
         batch = decode_actions(act[None, :], self._core.state, self.params, self.config.numeric_perp_leverage)

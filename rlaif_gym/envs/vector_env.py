@@ -101,7 +101,7 @@ class RLAIFVectorEnv(VectorEnv):
             raise ResetNeeded("call reset() before step()")
         acts = np.asarray(actions)
         # The fused compiled step checks the bounds itself (and refuses the batch before any world moves).
-        checked = self.core.fused is not None and self._behavior is None
+        checked = self.core.fused is not None  # None with an archetype or the numpy backend
         if acts.shape != (self.num_envs, 4) or acts.dtype.kind not in "iu" or (
                 not checked and (np.any(acts < 0) or np.any(acts >= self.core.nvec))):
             raise self._refusal(acts)

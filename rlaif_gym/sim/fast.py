@@ -53,11 +53,6 @@ _noticed = False
 _warm = False  # `step` has run its kernel in this process (so it skips `compile_notice`)
 
 
-def _mark_warm() -> None:
-    global _warm
-    _warm = True
-
-
 def available() -> bool:
     """True when numba is installed, so `step` runs compiled."""
     return numba is not None
@@ -1059,12 +1054,13 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine
     a = actions
     args = (pf, pi, beh, cf, a.kind, a.target, a.side, a.amount, a.leverage, a.pre_error, a.pre_a, a.pre_b,
             out_f, out_i, out_b, *packed(state))
+    global _warm
     if _warm:
         ok = _unpacked_kernel(*args)
     else:
         with compile_notice(_unpacked_kernel):
             ok = _unpacked_kernel(*args)
-        _mark_warm()
+        _warm = True
     if not ok:
         raise InvalidActionError(f"ActionBatch.kind must hold ActionType codes 0..{_MAX_KIND}, "
                                  f"got {sorted(set(a.kind.tolist()))}; build batches with ActionBatch.from_actions")
