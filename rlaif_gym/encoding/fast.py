@@ -30,12 +30,13 @@ def available() -> bool:
 
 def _kernel(start, dur_max, num_ticks, max_lev, low, high, tick, cash, realized, pm_yes, pm_no, pm_last, pm_resolve,
             hold_yes, hold_no, news_acc, post_acc, group_acc, joined, npc_flow, perp_price, perp_prev, perp_ema,
-            perp_funding, perp_news, pos_side, pos_entry, pos_margin, pos_notional, pos_leverage, out):
+            perp_funding, perp_news, pos_side, pos_entry, pos_margin, pos_notional, pos_leverage, out, esc):
+    """Write every world's observation row into out (B, D); esc: `scratch` floats."""
     b_count, m_count = pm_yes.shape
     p_count = perp_price.shape[1]
     g_count = joined.shape[1]
-    buf = np.empty(max(m_count, p_count))
-    row = np.empty(out.shape[1])
+    nbuf = max(m_count, p_count)
+    buf, row = esc[0:nbuf], esc[nbuf:nbuf + out.shape[1]]
     for b in range(b_count):
         t = tick[b]
         k = 0
@@ -86,7 +87,12 @@ def _kernel(start, dur_max, num_ticks, max_lev, low, high, tick, cash, realized,
 
 
 if numba is not None:
-    _kernel = numba.njit(cache=True, nogil=True, error_model="numpy")(_kernel)
+    _kernel = sim_fast._jit_flat(_kernel)
+
+
+def scratch(num_markets: int, num_perps: int, dim: int) -> np.ndarray:
+    """Float scratch for `_kernel` (it allocates nothing itself: see `sim.fast._jit_flat`)."""
+    return np.empty(max(num_markets, num_perps) + dim)
 
 
 def encode_observations_fast(state: WorldState, params: WorldParams, layout: FeatureLayout) -> np.ndarray:
@@ -100,7 +106,7 @@ def encode_observations_fast(state: WorldState, params: WorldParams, layout: Fea
             s.realized_pnl, s.pm_yes, s.pm_no, s.pm_last_price, s.pm_resolve_tick, s.hold_yes, s.hold_no, s.news_acc,
             s.post_acc, s.group_acc, s.joined, s.pm_npc_flow, s.perp_price, s.perp_prev_price, s.perp_ema,
             s.perp_funding, s.perp_news_acc, s.pos_side, s.pos_entry, s.pos_margin, s.pos_notional, s.pos_leverage,
-            out)
+            out, scratch(params.num_markets, params.num_perps, out.shape[1]))
     global _warm
     if _warm:
         _kernel(*args)

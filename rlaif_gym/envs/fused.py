@@ -51,12 +51,14 @@ COMPONENTS = ("pnl", "risk")
 _PNL_ROW, _RISK_ROW, _REWARD_ROW = len(sim_fast._OF), len(sim_fast._OF) + 1, len(sim_fast._OF) + 2
 
 
-def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb, ib, kb, bb, tab):
+def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb, ib, kb, bb, tab, sf, si, sb, esc):
     """One step of every world; returns a status code (OK, BAD_ACTION, NOT_FINITE).
 
     fc: buy fractions (5), sell fractions (5), perp leverage, the reward's 8 constants, the
     encoder's 4 and its low and high bounds (D each); ic: the action space's nvec (4), then the
-    state index of each `_USED_FIELDS` entry. isc, fsc: scratch rows of the decoded batch.
+    state index of each `_USED_FIELDS` entry. isc, fsc: scratch rows of the decoded batch; sf, si, sb:
+    the world kernel's scratch (`sim.fast.scratch`); esc: the encoder's (`encoding.fast.scratch`), whose
+    first max(M, P) floats also serve the decoder.
     """
     nb = tab[tab.shape[0] - 1, 0]
     used = ic[4:]
@@ -81,7 +83,7 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
             if acts[b, j] < 0 or acts[b, j] >= ic[j]:
                 return BAD_ACTION
     m, np_ = pi[0], pi[1]
-    buf = np.empty(max(m, np_, 1))
+    buf = esc[0:max(m, np_)]
     for b in range(nb):
         k, t, q, s = acts[b, 0], acts[b, 1], acts[b, 2], acts[b, 3]
         kind[b] = k
@@ -103,7 +105,7 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         else:
             amount[b] = 0.0
     sim_fast._unpacked_kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
-                              out_f, out_i, out_b, fb, ib, kb, bb, tab)
+                              out_f, out_i, out_b, fb, ib, kb, bb, tab, sf, si, sb)
     # The skill scheme's components (rewards.components.trading_component and
     # proportional_risk_component), then RewardFunction.combine's accumulation.
     start, pnl_scale, max_lev, threshold, penalty, c_pnl, c_risk, bankrupt_penalty = (
@@ -127,12 +129,12 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
     encoding_fast._kernel(fc[19], fc[20], fc[21], fc[22], low, high, tick, cash, realized_pnl, pm_yes, pm_no,
                           pm_last_price, pm_resolve_tick, hold_yes, hold_no, news_acc, post_acc, group_acc, joined,
                           pm_npc_flow, perp_price, perp_prev_price, perp_ema, perp_funding, perp_news_acc, pos_side,
-                          pos_entry, pos_margin, pos_notional, pos_leverage, obs)
+                          pos_entry, pos_margin, pos_notional, pos_leverage, obs, esc)
     return status
 
 
 if numba is not None:
-    _fused = numba.njit(cache=True, nogil=True, error_model="numpy")(_fused)
+    _fused = sim_fast._jit_flat(_fused)
 
 
 def supports(reward_fn, archetype: str | None) -> bool:
@@ -159,6 +161,8 @@ class FusedStep:
         ]).astype(np.float64)
         ic = np.concatenate([self.nvec, used]).astype(np.int64)
         self._consts = (*sim_fast._param_arrays(params), fc, ic)
+        self._scratch = (*sim_fast.scratch(self._consts[1]),
+                         encoding_fast.scratch(params.num_markets, params.num_perps, len(layout.names)))
         self._isc, self._fsc = np.empty((4, n), np.int64), np.empty((4, n))
         self._reused = self._outputs(n)
         self._dim = len(layout.names)
@@ -193,11 +197,11 @@ class FusedStep:
         if not self._warm:
             with sim_fast.compile_notice(_fused):
                 status = _fused(pf, pi, beh, cf, fc, ic, actions, self._isc, self._fsc, out_f, out_i, out_b, obs,
-                                fb, ib, kb, bb, tab)
+                                fb, ib, kb, bb, tab, *self._scratch)
             self._warm = True
         else:
             status = _fused(pf, pi, beh, cf, fc, ic, actions, self._isc, self._fsc, out_f, out_i, out_b, obs,
-                            fb, ib, kb, bb, tab)
+                            fb, ib, kb, bb, tab, *self._scratch)
         if status != OK:
             self._raise(status, out_f)
         return obs, out_f, out_i, out_b

@@ -92,6 +92,13 @@ def _jit(fn):
     return numba.njit(cache=True, nogil=True, error_model="numpy")(fn) if numba is not None else fn
 
 
+def _jit_flat(fn):
+    """A kernel without numba's runtime: it allocates nothing (its caller hands it scratch), so no array
+    passed to an inlined helper inside its world loop pays an atomic reference-count pair (those pairs
+    were about 30 % of a world-tick)."""
+    return numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False)(fn) if numba is not None else fn
+
+
 def _jit_inline(fn):
     """A helper inlined into its caller at the numba IR level (no call, no reference counting)."""
     return numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")(fn) if numba is not None else fn
@@ -178,12 +185,20 @@ def _mix(x):
 
 
 @_jit_inline
+def _uniform_at(key, base, j):
+    """The j-th of rng.uniforms(key, stream), where base = stream * 2**16. The generator is counter-based,
+    so the kernel draws only the numbers a tick uses and still matches the engine's full draw."""
+    c = base + _U64(j)
+    x = _mix(key ^ _mix(c * _GOLDEN + _GOLDEN))
+    return float(x >> _SH11) * _TO_UNIT
+
+
+@_jit_inline
 def _uniforms(key, stream, n, out):
     """rng.uniforms for one world: out[:n] from (key, stream)."""
+    base = stream * _S16
     for j in range(n):
-        c = stream * _S16 + _U64(j)
-        x = _mix(key ^ _mix(c * _GOLDEN + _GOLDEN))
-        out[j] = float(x >> _SH11) * _TO_UNIT
+        out[j] = _uniform_at(key, base, j)
 
 
 @_jit_inline
@@ -307,7 +322,95 @@ def _ring5(count, a1, a2, a3, a4, a5, b, v1, v2, v3, v4, v5):
     count[b] += 1
 
 
-@_jit
+@_jit_flat  # a real call: it runs only on ticks where a market is due
+def _resolve_and_reopen(b, now, m, k, k_pairwise, liq, dmin, dmax, key, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4,
+                        out_i, out_f, n_due, pm_yes, pm_no, pm_collateral, pm_house_yes, pm_house_no, pm_truth,
+                        pm_outcome, pm_open_tick, pm_resolve_tick, pm_serial, pm_last_price, pm_npc_flow, next_serial,
+                        cash, hold_yes, hold_no, cost_yes, cost_no, realized_pnl, npc_cash, npc_yes, npc_no, npc_rep,
+                        npc_claims, news_acc, post_acc, group_acc, house_cash):
+    """engine._resolve_markets and _open_markets for world b on a tick where n_due > 0 markets are due."""
+    for j in range(m):
+        d = pm_resolve_tick[b, j] <= now
+        due[j] = d
+        ap[j] = (hold_yes[b, j] if pm_outcome[b, j] == 1 else hold_no[b, j]) if d else 0.0
+    payout = _psum(ap, m)
+    cash[b] += payout
+    for j in range(m):
+        buf[j] = ap[j] - cost_yes[b, j] - cost_no[b, j] if due[j] else 0.0
+    realized_pnl[b] += _psum(buf, m)
+    for j in range(m):
+        if due[j]:
+            hold_yes[b, j] = 0.0
+            hold_no[b, j] = 0.0
+            cost_yes[b, j] = 0.0
+            cost_no[b, j] = 0.0
+    for i in range(k):
+        for j in range(m):
+            yw = pm_outcome[b, j] == 1
+            npc_pay[i, j] = (npc_yes[b, i, j] if yw else npc_no[b, i, j]) if due[j] else 0.0
+        npc_cash[b, i] += _psum(npc_pay[i], m)
+        for j in range(m):
+            c = npc_claims[b, i, j]
+            sg = 1.0 if c > 0 else (-1.0 if c < 0 else (0.0 if c == 0 else c))
+            buf[j] = sg * (1.0 if pm_outcome[b, j] == 1 else -1.0) if due[j] else 0.0
+        rep = npc_rep[b, i] + _REP_STEP * _psum(buf, m)
+        npc_rep[b, i] = _fmin(_fmax(rep, 0.0), 100.0)
+        for j in range(m):
+            if due[j]:
+                npc_yes[b, i, j] = 0.0
+                npc_no[b, i, j] = 0.0
+    for j in range(m):
+        if k_pairwise:
+            for i in range(k):
+                kbuf[i] = npc_pay[i, j]
+            npc_pay_m[j] = _psum(kbuf, k)
+        else:
+            acc = 0.0
+            for i in range(k):
+                acc += npc_pay[i, j]
+            npc_pay_m[j] = acc
+        buf[j] = pm_collateral[b, j] - ap[j] - npc_pay_m[j] if due[j] else 0.0
+    house_cash[b] += _psum(buf, m)
+    # _open_markets(due)
+    opened = 0
+    for j in range(m):
+        if not due[j]:
+            continue
+        pm_collateral[b, j] = 0.0
+        serial = next_serial[b] + opened
+        opened += 1
+        _uniforms(key[b], _U64(_MARKET_STREAM + serial), 4, u4)
+        truth = 0.1 + 0.8 * u4[0]
+        p0 = 0.3 + 0.4 * u4[2]
+        life = dmin + np.int64(math.floor(u4[3] * (dmax - dmin + 1)))
+        pool_yes = 2.0 * liq * (1.0 - p0)
+        pool_no = 2.0 * liq * p0
+        collateral = _fmax(pool_yes, pool_no)
+        pm_yes[b, j] = pool_yes
+        pm_no[b, j] = pool_no
+        pm_collateral[b, j] = collateral
+        pm_house_yes[b, j] = collateral - pool_yes
+        pm_house_no[b, j] = collateral - pool_no
+        house_cash[b] -= collateral
+        pm_truth[b, j] = truth
+        pm_outcome[b, j] = 1 if u4[1] < truth else 0
+        pm_open_tick[b, j] = now
+        pm_resolve_tick[b, j] = now + life
+        pm_serial[b, j] = serial
+        pm_last_price[b, j] = p0
+        pm_npc_flow[b, j] = 0.0
+        news_acc[b, j] = 0.0
+        post_acc[b, j] = 0.0
+        for gg in range(group_acc.shape[1]):
+            group_acc[b, gg, j] = 0.0
+        for i in range(npc_claims.shape[1]):
+            npc_claims[b, i, j] = 0.0
+    next_serial[b] += opened
+    out_i[1, b] = n_due
+    out_f[10, b] = payout
+
+
+@_jit_flat
 def _kernel(pf, pi, beh, cf,
             kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
             out_f, out_i, out_b,
@@ -323,7 +426,9 @@ def _kernel(pf, pi, beh, cf,
             news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal,
             post_count, post_tick, post_author, post_target, post_serial, post_signal,
             tip_count, tip_tick, tip_group, tip_target, tip_serial, tip_signal,
-            house_cash, fees_collected):
+            house_cash, fees_collected, sf, si, sb):
+    """Apply one action per world and advance every world one tick. sf, si, sb: float, int and bool
+    scratch from `scratch(pi)`."""
     nb = tick.shape[0]
     # The numpy path rejects the whole batch before touching any world.
     for b in range(nb):
@@ -341,33 +446,22 @@ def _kernel(pf, pi, beh, cf,
     o_post = o_news + 4
     o_tip = o_post + 4
     o_npc = o_tip + 3 * g
-    total = o_npc + 6 * k
     leak_weight = cf[15]
     sigma_drift = -0.5 * sigma * sigma
     # Sums over NPCs run along a middle axis (plain accumulation) unless M == 1, where numpy drops the
     # market axis and the NPC axis becomes the contiguous one (pairwise).
     k_pairwise = m == 1
 
-    u = np.empty(total)
-    u4 = np.empty(4)
-    buf = np.empty(max(m, np_, k, 8))
-    ret = np.empty(np_)
-    payment = np.empty(np_)
-    hit = np.zeros(np_, dtype=np.bool_)
-    lmove = np.empty(m)
-    spend_yes = np.empty((k, m))
-    spend_no = np.empty((k, m))
-    amt = np.empty(k)
-    tot_yes = np.empty(m)
-    tot_no = np.empty(m)
-    per_usd = np.empty(m)
-    fee_m = np.empty(m)
-    ts = np.empty(m, dtype=np.int64)
-    due = np.zeros(m, dtype=np.bool_)
-    ap = np.empty(m)
-    npc_pay = np.empty((k, m))
-    npc_pay_m = np.empty(m)
-    kbuf = np.empty(k)
+    # Scratch, carved from sf / si / sb in `scratch`'s sizes (every element is written before it is read).
+    nbuf = max(m, np_, k, 8)
+    u4, buf, ret, payment = sf[0:4], sf[4:4 + nbuf], sf[4 + nbuf:4 + nbuf + np_], sf[4 + nbuf + np_:4 + nbuf + 2 * np_]
+    o = 4 + nbuf + 2 * np_
+    lmove, tot_yes, tot_no, per_usd = sf[o:o + m], sf[o + m:o + 2 * m], sf[o + 2 * m:o + 3 * m], sf[o + 3 * m:o + 4 * m]
+    fee_m, ap, npc_pay_m = sf[o + 4 * m:o + 5 * m], sf[o + 5 * m:o + 6 * m], sf[o + 6 * m:o + 7 * m]
+    o += 7 * m
+    amt, kbuf, npc_pay = sf[o:o + k], sf[o + k:o + 2 * k], sf[o + 2 * k:o + 2 * k + k * m].reshape((k, m))
+    ts, npc_mk = si[0:m], si[m:m + k]
+    hit, due, npc_buys_yes = sb[0:np_], sb[np_:np_ + m], sb[np_ + m:np_ + m + k]
 
     for b in range(nb):
         # ------------------------------------------------------------------ the agent's action
@@ -544,8 +638,12 @@ def _kernel(pf, pi, beh, cf,
                 if not bad:
                     dms_sent[b] += 1
         success = err == 0
-        eq_mid = _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
-                         pos_notional, perp_price, buf)
+        # Holding, joining, posting and DMs leave cash, shares and positions alone: equity is still eq0.
+        if kd == 0 or kd >= 5:
+            eq_mid = eq0
+        else:
+            eq_mid = _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
+                             pos_notional, perp_price, buf)
         expo = _exposure(b, m, np_, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_notional, perp_price,
                          buf)
         out_f[0, b] = ea
@@ -562,7 +660,8 @@ def _kernel(pf, pi, beh, cf,
 
         # ------------------------------------------------------------------ the world's tick
         now = tick[b] + 1
-        _uniforms(key[b], _U64(now), total, u)
+        kb = key[b]
+        su = _U64(now) * _S16
         for j in range(m):
             opening = pm_no[b, j] / (pm_yes[b, j] + pm_no[b, j])
             lmove[j] = opening - pm_last_price[b, j]
@@ -570,7 +669,7 @@ def _kernel(pf, pi, beh, cf,
 
         # _advance_perps
         for t in range(np_):
-            z = _normal(u[o_perp + t], u[o_perp + np_ + t])
+            z = _normal(_uniform_at(kb, su, o_perp + t), _uniform_at(kb, su, o_perp + np_ + t))
             ret[t] = sigma_drift + sigma * z
         fire = narr_active[b] and narr_tick[b] <= now
         if fire:
@@ -585,18 +684,18 @@ def _kernel(pf, pi, beh, cf,
             perp_price[b, t] *= math.exp(ret[t])
             perp_ema[b, t] += 0.08 * (perp_price[b, t] - perp_ema[b, t])
             perp_news_acc[b, t] *= _PERP_NEWS_DECAY
-        if narr_active[b] and u[o_leak] < _LEAK_RATE:
-            sgn = narr_sign[b] if u[o_leak + 1] < _LEAK_RELIABILITY else -narr_sign[b]
+        if narr_active[b] and _uniform_at(kb, su, o_leak) < _LEAK_RATE:
+            sgn = narr_sign[b] if _uniform_at(kb, su, o_leak + 1) < _LEAK_RELIABILITY else -narr_sign[b]
             tk = narr_ticker[b]
             perp_news_acc[b, tk] += sgn * leak_weight
             _ring6(news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal, b,
                    now, 1, tk, 0, 2, np.int64(sgn))
-        if not narr_active[b] and not fire and u[o_narr] < narrative_rate:
+        if not narr_active[b] and not fire and _uniform_at(kb, su, o_narr) < narrative_rate:
             narr_active[b] = True
-            narr_ticker[b] = np.int64(math.floor(u[o_narr + 1] * np_))
-            narr_sign[b] = 1.0 if u[o_narr + 2] < 0.5 else -1.0
-            narr_tick[b] = now + 6 + np.int64(math.floor(u[o_narr + 3] * 15))
-            narr_mag[b] = 0.04 + 0.08 * u[o_narr + 4]
+            narr_ticker[b] = np.int64(math.floor(_uniform_at(kb, su, o_narr + 1) * np_))
+            narr_sign[b] = 1.0 if _uniform_at(kb, su, o_narr + 2) < 0.5 else -1.0
+            narr_tick[b] = now + 6 + np.int64(math.floor(_uniform_at(kb, su, o_narr + 3) * 15))
+            narr_mag[b] = 0.04 + 0.08 * _uniform_at(kb, su, o_narr + 4)
 
         # _funding_and_liquidation
         if now % funding_interval == 0:
@@ -632,50 +731,48 @@ def _kernel(pf, pi, beh, cf,
                             house0, realized0)
         out_i[2, b] = n_hit
 
-        # _npc_trades
+        # _npc_trades. Each NPC spends on one market (npc_mk) on one side (npc_buys_yes); the engine's
+        # per-market matrices add exact zeros everywhere else, which leave the sums and holdings as they are.
         for j in range(m):
             tot_yes[j] = 0.0
             tot_no[j] = 0.0
         for i in range(k):
-            c0 = u[o_npc + i]
-            c1 = u[o_npc + k + i]
-            c2 = u[o_npc + 2 * k + i]
-            c3 = u[o_npc + 3 * k + i]
-            c4 = u[o_npc + 4 * k + i]
-            c5 = u[o_npc + 5 * k + i]
-            mk = min(np.int64(math.floor(c1 * m)), m - 1)
-            price = pm_no[b, mk] / (pm_yes[b, mk] + pm_no[b, mk])
-            move = lmove[mk]
-            belief = pm_truth[b, mk] + _INFORMED_NOISE * _normal(c2, c3)
-            gap = belief - price
-            bh = beh[i]
-            if bh == _INFORMED or bh == _DECEIVER:  # noqa: SIM109 (a plain comparison for numba)
-                side_yes = gap > 0
-                size = _fmin(_fmax(2500.0 * (abs(gap) - 0.02), 0.0), 400.0) * (0.5 if bh == _DECEIVER else 1.0)
-            elif bh == _MOMENTUM:
-                side_yes = move > 0
-                size = 50.0 + 100.0 * c5 if abs(move) > 1e-4 else 0.0
-            else:
-                side_yes = c4 < 0.5
-                size = 20.0 + 180.0 * c5
-            a_i = _fmin(size, npc_cash[b, i]) if c0 < npc_trade_rate else 0.0
+            a_i = 0.0
+            mk = 0
+            side_yes = True
+            if _uniform_at(kb, su, o_npc + i) < npc_trade_rate:
+                mk = min(np.int64(math.floor(_uniform_at(kb, su, o_npc + k + i) * m)), m - 1)
+                bh = beh[i]
+                if bh == _INFORMED or bh == _DECEIVER:  # noqa: SIM109 (a plain comparison for numba)
+                    price = pm_no[b, mk] / (pm_yes[b, mk] + pm_no[b, mk])
+                    z = _normal(_uniform_at(kb, su, o_npc + 2 * k + i), _uniform_at(kb, su, o_npc + 3 * k + i))
+                    gap = pm_truth[b, mk] + _INFORMED_NOISE * z - price
+                    side_yes = gap > 0
+                    size = _fmin(_fmax(2500.0 * (abs(gap) - 0.02), 0.0), 400.0) * (0.5 if bh == _DECEIVER else 1.0)
+                elif bh == _MOMENTUM:
+                    move = lmove[mk]
+                    side_yes = move > 0
+                    size = 50.0 + 100.0 * _uniform_at(kb, su, o_npc + 5 * k + i) if abs(move) > 1e-4 else 0.0
+                else:
+                    side_yes = _uniform_at(kb, su, o_npc + 4 * k + i) < 0.5
+                    size = 20.0 + 180.0 * _uniform_at(kb, su, o_npc + 5 * k + i)
+                a_i = _fmin(size, npc_cash[b, i])
             amt[i] = a_i
-            for j in range(m):
-                on = j == mk
-                spend_yes[i, j] = a_i if (side_yes and on) else 0.0
-                spend_no[i, j] = a_i if ((not side_yes) and on) else 0.0
-        for j in range(m):
-            if k_pairwise:
-                for i in range(k):
-                    kbuf[i] = spend_yes[i, j]
-                tot_yes[j] = _psum(kbuf, k)
-                for i in range(k):
-                    kbuf[i] = spend_no[i, j]
-                tot_no[j] = _psum(kbuf, k)
-            else:
-                for i in range(k):
-                    tot_yes[j] += spend_yes[i, j]
-                    tot_no[j] += spend_no[i, j]
+            npc_mk[i] = mk
+            npc_buys_yes[i] = side_yes
+        if k_pairwise:  # one market: numpy sums the NPC axis pairwise
+            for i in range(k):
+                kbuf[i] = amt[i] if npc_buys_yes[i] else 0.0
+            tot_yes[0] = _psum(kbuf, k)
+            for i in range(k):
+                kbuf[i] = 0.0 if npc_buys_yes[i] else amt[i]
+            tot_no[0] = _psum(kbuf, k)
+        else:
+            for i in range(k):
+                if npc_buys_yes[i]:
+                    tot_yes[npc_mk[i]] += amt[i]
+                else:
+                    tot_no[npc_mk[i]] += amt[i]
         for i in range(k):
             npc_cash[b, i] -= amt[i]
         for j in range(m):
@@ -702,13 +799,12 @@ def _kernel(pf, pi, beh, cf,
                 per_usd[j] = shares / spend if spend > 0 else 0.0
             fees_collected[b] += _psum(fee_m, m)
             for i in range(k):
-                for j in range(m):
+                if npc_buys_yes[i] == buy_yes:
+                    j = npc_mk[i]
                     if buy_yes:
-                        npc_yes[b, i, j] += spend_yes[i, j] * per_usd[j]
-                        npc_no[b, i, j] += 0.0
+                        npc_yes[b, i, j] += amt[i] * per_usd[j]
                     else:
-                        npc_yes[b, i, j] += 0.0
-                        npc_no[b, i, j] += spend_no[i, j] * per_usd[j]
+                        npc_no[b, i, j] += amt[i] * per_usd[j]
 
         # _information
         for j in range(m):
@@ -718,33 +814,33 @@ def _kernel(pf, pi, beh, cf,
         for gg in range(group_acc.shape[1]):
             for j in range(m):
                 group_acc[b, gg, j] *= _SIGNAL_DECAY
-        if u[o_news] < news_rate:
-            mk = min(np.int64(math.floor(u[o_news + 1] * m)), m - 1)
-            x = u[o_news + 2]
+        if _uniform_at(kb, su, o_news) < news_rate:
+            mk = min(np.int64(math.floor(_uniform_at(kb, su, o_news + 1) * m)), m - 1)
+            x = _uniform_at(kb, su, o_news + 2)
             src = 0
             for q in range(3):
                 if cf[3 + q] <= x:
                     src = q + 1
             src = min(max(src, 0), 2)
-            sgn_i = ts[mk] if u[o_news + 3] < cf[6 + src] else -ts[mk]
+            sgn_i = ts[mk] if _uniform_at(kb, su, o_news + 3) < cf[6 + src] else -ts[mk]
             news_acc[b, mk] += sgn_i * cf[src]
             _ring6(news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal, b,
                    now, 0, mk, pm_serial[b, mk], src, sgn_i)
-        if u[o_post] < post_rate:
-            author = min(np.int64(math.floor(u[o_post + 1] * k)), k - 1)
-            mk = min(np.int64(math.floor(u[o_post + 2] * m)), m - 1)
+        if _uniform_at(kb, su, o_post) < post_rate:
+            author = min(np.int64(math.floor(_uniform_at(kb, su, o_post + 1) * k)), k - 1)
+            mk = min(np.int64(math.floor(_uniform_at(kb, su, o_post + 2) * m)), m - 1)
             bh = beh[author]
             honesty = 0.8 if bh == _INFORMED else (0.2 if bh == _DECEIVER else 0.5)
-            sgn_i = ts[mk] if u[o_post + 3] < honesty else -ts[mk]
+            sgn_i = ts[mk] if _uniform_at(kb, su, o_post + 3) < honesty else -ts[mk]
             credibility = _fmin(_fmax((npc_rep[b, author] - 50.0) / 50.0, -1.0), 1.0)
             post_acc[b, mk] += sgn_i * credibility
             npc_claims[b, author, mk] += sgn_i
             _ring5(post_count, post_tick, post_author, post_target, post_serial, post_signal, b,
                    now, author, mk, pm_serial[b, mk], sgn_i)
         for grp in range(g):
-            if u[o_tip + 3 * grp] < tip_rate:
-                mk = min(np.int64(math.floor(u[o_tip + 3 * grp + 1] * m)), m - 1)
-                sgn_i = ts[mk] if u[o_tip + 3 * grp + 2] < cf[12 + grp] else -ts[mk]
+            if _uniform_at(kb, su, o_tip + 3 * grp) < tip_rate:
+                mk = min(np.int64(math.floor(_uniform_at(kb, su, o_tip + 3 * grp + 1) * m)), m - 1)
+                sgn_i = ts[mk] if _uniform_at(kb, su, o_tip + 3 * grp + 2) < cf[12 + grp] else -ts[mk]
                 group_acc[b, grp, mk] += sgn_i * cf[9 + grp]
                 _ring5(tip_count, tip_tick, tip_group, tip_target, tip_serial, tip_signal, b,
                        now, grp, mk, pm_serial[b, mk], sgn_i)
@@ -753,85 +849,24 @@ def _kernel(pf, pi, beh, cf,
         # _resolve_markets
         n_due = 0
         for j in range(m):
-            d = pm_resolve_tick[b, j] <= now
-            due[j] = d
-            n_due += 1 if d else 0
-            ap[j] = (hold_yes[b, j] if pm_outcome[b, j] == 1 else hold_no[b, j]) if d else 0.0
-        payout = _psum(ap, m)
-        cash[b] += payout
-        for j in range(m):
-            buf[j] = ap[j] - cost_yes[b, j] - cost_no[b, j] if due[j] else 0.0
-        realized_pnl[b] += _psum(buf, m)
-        for j in range(m):
-            if due[j]:
-                hold_yes[b, j] = 0.0
-                hold_no[b, j] = 0.0
-                cost_yes[b, j] = 0.0
-                cost_no[b, j] = 0.0
-        for i in range(k):
-            for j in range(m):
-                yw = pm_outcome[b, j] == 1
-                npc_pay[i, j] = (npc_yes[b, i, j] if yw else npc_no[b, i, j]) if due[j] else 0.0
-            npc_cash[b, i] += _psum(npc_pay[i], m)
-            for j in range(m):
-                c = npc_claims[b, i, j]
-                sg = 1.0 if c > 0 else (-1.0 if c < 0 else (0.0 if c == 0 else c))
-                buf[j] = sg * (1.0 if pm_outcome[b, j] == 1 else -1.0) if due[j] else 0.0
-            rep = npc_rep[b, i] + _REP_STEP * _psum(buf, m)
-            npc_rep[b, i] = _fmin(_fmax(rep, 0.0), 100.0)
-            for j in range(m):
-                if due[j]:
-                    npc_yes[b, i, j] = 0.0
-                    npc_no[b, i, j] = 0.0
-        for j in range(m):
-            if k_pairwise:
-                for i in range(k):
-                    kbuf[i] = npc_pay[i, j]
-                npc_pay_m[j] = _psum(kbuf, k)
-            else:
-                acc = 0.0
-                for i in range(k):
-                    acc += npc_pay[i, j]
-                npc_pay_m[j] = acc
-            buf[j] = pm_collateral[b, j] - ap[j] - npc_pay_m[j] if due[j] else 0.0
-        house_cash[b] += _psum(buf, m)
-        # _open_markets(due)
-        opened = 0
-        for j in range(m):
-            if not due[j]:
-                continue
-            pm_collateral[b, j] = 0.0
-            serial = next_serial[b] + opened
-            opened += 1
-            _uniforms(key[b], _U64(_MARKET_STREAM + serial), 4, u4)
-            truth = 0.1 + 0.8 * u4[0]
-            p0 = 0.3 + 0.4 * u4[2]
-            life = dmin + np.int64(math.floor(u4[3] * (dmax - dmin + 1)))
-            pool_yes = 2.0 * liq * (1.0 - p0)
-            pool_no = 2.0 * liq * p0
-            collateral = _fmax(pool_yes, pool_no)
-            pm_yes[b, j] = pool_yes
-            pm_no[b, j] = pool_no
-            pm_collateral[b, j] = collateral
-            pm_house_yes[b, j] = collateral - pool_yes
-            pm_house_no[b, j] = collateral - pool_no
-            house_cash[b] -= collateral
-            pm_truth[b, j] = truth
-            pm_outcome[b, j] = 1 if u4[1] < truth else 0
-            pm_open_tick[b, j] = now
-            pm_resolve_tick[b, j] = now + life
-            pm_serial[b, j] = serial
-            pm_last_price[b, j] = p0
-            pm_npc_flow[b, j] = 0.0
-            news_acc[b, j] = 0.0
-            post_acc[b, j] = 0.0
-            for gg in range(group_acc.shape[1]):
-                group_acc[b, gg, j] = 0.0
-            for i in range(npc_claims.shape[1]):
-                npc_claims[b, i, j] = 0.0
-        next_serial[b] += opened
-        out_i[1, b] = n_due
-        out_f[10, b] = payout
+            n_due += 1 if pm_resolve_tick[b, j] <= now else 0
+        if n_due == 0:
+            # The engine adds zero sums to these; adding 0.0 keeps a -0.0 turning into 0.0 as it does there.
+            cash[b] += 0.0
+            realized_pnl[b] += 0.0
+            for i in range(k):
+                npc_cash[b, i] += 0.0
+                npc_rep[b, i] = _fmin(_fmax(npc_rep[b, i] + 0.0, 0.0), 100.0)
+            house_cash[b] += 0.0
+            out_i[1, b] = 0
+            out_f[10, b] = 0.0
+        else:
+            _resolve_and_reopen(b, now, m, k, k_pairwise, liq, dmin, dmax, key, due, ap, buf, npc_pay, npc_pay_m, kbuf,
+                                u4, out_i, out_f, n_due, pm_yes, pm_no, pm_collateral, pm_house_yes, pm_house_no,
+                                pm_truth, pm_outcome, pm_open_tick, pm_resolve_tick, pm_serial, pm_last_price,
+                                pm_npc_flow, next_serial, cash, hold_yes, hold_no, cost_yes, cost_no, realized_pnl,
+                                npc_cash, npc_yes, npc_no, npc_rep, npc_claims, news_acc, post_acc, group_acc,
+                                house_cash)
 
         eq1 = _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
                       pos_notional, perp_price, buf)
@@ -844,7 +879,7 @@ def _kernel(pf, pi, beh, cf,
 _STATE_FIELDS = tuple(f.name for f in fields(WorldState))
 _state_arrays = operator.attrgetter(*_STATE_FIELDS)
 _KERNEL_PY = getattr(_kernel, "py_func", _kernel)
-if tuple(inspect.signature(_KERNEL_PY).parameters)[15:] != _STATE_FIELDS:  # pragma: no cover
+if tuple(inspect.signature(_KERNEL_PY).parameters)[15:-3] != _STATE_FIELDS:  # pragma: no cover
     raise ImportError("rlaif_gym.sim.fast._kernel's parameters no longer match WorldState's fields")
 
 # ---------------------------------------------------------------------------------------------
@@ -925,10 +960,18 @@ def _v3(buf, tab, i, nb):
     return buf[o:o + nb * d1 * d2].reshape((nb, d1, d2))
 
 
-@_jit
+def scratch(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The float, int and bool scratch `_kernel` needs for the world sizes in pi (`_param_arrays`' pi).
+    Its size does not depend on the number of worlds."""
+    m, np_, k = int(pi[0]), int(pi[1]), int(pi[2])
+    return (np.empty(4 + max(m, np_, k, 8) + 2 * np_ + 7 * m + 2 * k + k * m), np.empty(m + k, dtype=np.int64),
+            np.empty(np_ + m + k, dtype=np.bool_))
+
+
+@_jit_flat
 def _unpacked_kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
-                     out_f, out_i, out_b, fb, ib, kb, bb, tab):
-    """`_kernel` on a packed state (see `packed`)."""
+                     out_f, out_i, out_b, fb, ib, kb, bb, tab, sf, si, sb):
+    """`_kernel` on a packed state (see `packed`); sf, si, sb from `scratch`."""
     nb = tab[tab.shape[0] - 1, 0]
     tick = _v1(ib, tab, 0, nb)
     key = _v1(kb, tab, 1, nb)
@@ -1017,7 +1060,7 @@ def _unpacked_kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_
                    news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal,
                    post_count, post_tick, post_author, post_target, post_serial, post_signal,
                    tip_count, tip_tick, tip_group, tip_target, tip_serial, tip_signal,
-                   house_cash, fees_collected)
+                   house_cash, fees_collected, sf, si, sb)
 
 
 @functools.lru_cache(maxsize=32)
@@ -1053,7 +1096,7 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine
     out_b = np.empty((len(_OB), b), dtype=np.bool_)
     a = actions
     args = (pf, pi, beh, cf, a.kind, a.target, a.side, a.amount, a.leverage, a.pre_error, a.pre_a, a.pre_b,
-            out_f, out_i, out_b, *packed(state))
+            out_f, out_i, out_b, *packed(state), *scratch(pi))
     global _warm
     if _warm:
         ok = _unpacked_kernel(*args)
