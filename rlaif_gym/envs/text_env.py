@@ -129,6 +129,14 @@ class RLAIFTextEnv(RLAIFEnv):
         return self._numeric
 
     @property
+    def prompt(self) -> str:
+        """The prompt of the current tick (what reset/step last returned; after `set_state`, the restored
+        episode's), for adapters that resume an env they did not step themselves."""
+        if self._view is None:
+            raise ResetNeeded("call reset() before reading the prompt")
+        return self._prompt
+
+    @property
     def view(self) -> TickView:
         """What the agent sees now, as data (the prompt is rendered from it)."""
         if self._view is None:

@@ -197,7 +197,11 @@ def fast_model_path(source: Path | str | None = None, *, cache: Path | str | Non
     target = folder / f"{stem}.{FAST_QUANT}.{_file_digest(source)[:16]}.gguf"
     if target.is_file():
         return target
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LocalServerError(f"cannot create the model cache {folder} ({exc.strerror or exc}); set RLAIF_GYM_CACHE "
+                               "to a writable folder") from exc
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     log(f"converting {source.name} to {FAST_QUANT} once (cached as {target})")
     code = ("import sys, llama_cpp\n"
@@ -478,7 +482,11 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 1, max_ticks: i
     elif (out / "run.json").exists():
         raise ConfigError(f"{out} already holds a run; pass --overwrite or choose another --out")
     limits = DEMO_LIMITS
-    model = fast_model_path(log=log)  # the shipped Q4_1 as Q8_0: converted once, then cached
+    try:
+        model = fast_model_path(log=log)  # the shipped Q4_1 as Q8_0: converted once, then cached
+    except LocalServerError as exc:  # an unwritable cache, a failed conversion: the shipped file still works
+        log(f"using the shipped Q4_1 model as it is (prompts run ~1.4x slower): {exc}")
+        model = model_path()
     server = LocalLLMServer(model, port=port, logits_all=logprobs)  # logits of every token only for logprobs
     with _interrupts_stop(server) as interrupted:
         ready = finished = False

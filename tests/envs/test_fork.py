@@ -172,3 +172,18 @@ def test_core_fork_steps_branches_as_one_batch():
     assert np.array_equal(single.step(np.zeros((1, 4), np.int64)).observation[0], res.observation[0])
     with pytest.raises(ValueError, match="1 world"):
         single.set_state(before)
+
+
+def test_text_env_prompt_property_follows_steps_and_restores():
+    env = RLAIFTextEnv(num_ticks=TICKS)
+    with pytest.raises(ResetNeeded):
+        _ = env.prompt
+    prompt, _ = env.reset(seed=4)
+    assert env.prompt == prompt
+    snap = env.get_state()
+    later, *_ = env.step('{"action": "wait"}')
+    assert env.prompt == later != prompt
+    fresh = RLAIFTextEnv(num_ticks=TICKS)
+    fresh.reset(seed=99)
+    fresh.set_state(snap)
+    assert fresh.prompt == prompt, "a restored env shows the snapshot's prompt"

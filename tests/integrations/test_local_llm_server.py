@@ -231,6 +231,15 @@ def test_a_failed_conversion_leaves_nothing_behind(tmp_path):
     assert list((tmp_path / "cache").iterdir()) == []
 
 
+def test_an_unwritable_cache_gets_a_typed_error_that_names_the_fix(tmp_path):
+    source = tmp_path / "m.Q4_1.gguf"
+    source.write_bytes(b"GGUF")
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    with pytest.raises(LocalServerError, match="RLAIF_GYM_CACHE"):
+        fast_model_path(source, cache=blocker / "cache")
+
+
 def test_the_cache_directory_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("RLAIF_GYM_CACHE", str(tmp_path / "c"))
     assert cache_dir() == tmp_path / "c"

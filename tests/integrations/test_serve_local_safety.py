@@ -4,6 +4,8 @@ exits non-zero. The llama.cpp server is replaced by stand-ins here (test_real_ll
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import rlaif_gym.integrations.local_llm as local_llm
@@ -54,6 +56,39 @@ def test_overwrite_deletes_only_the_run_files(old_run, monkeypatch):
         local_llm.serve_local(old_run, overwrite=True, install=False, log=lambda line: None)
     assert (old_run / "src" / "main.py").read_text() == "print('mine')\n"
     assert not (old_run / "run.json").exists() and not list(old_run.glob("trajectories-*.jsonl"))
+
+
+def test_an_unconvertible_model_falls_back_to_the_shipped_file(tmp_path, monkeypatch):
+    started_with = []
+
+    class NoServer:
+        """Records the model it was given; starting it fails so that the test stops there."""
+
+        pid = None
+        n_threads, n_threads_batch = 1, 2
+
+        def __init__(self, model=None, **kwargs):
+            self.model_file = Path(model)
+            started_with.append(self.model_file)
+
+        def start(self):
+            raise local_llm.LocalServerError("no server in this test")
+
+        def stop(self, **kwargs):
+            pass
+
+    def unwritable(**kwargs):
+        raise local_llm.LocalServerError("cannot create the model cache /ro; set RLAIF_GYM_CACHE to a writable folder")
+
+    shipped = tmp_path / "shipped.Q4_1.gguf"
+    monkeypatch.setattr(local_llm, "LocalLLMServer", NoServer)
+    monkeypatch.setattr(local_llm, "fast_model_path", unwritable)
+    monkeypatch.setattr(local_llm, "model_path", lambda: shipped)
+    lines: list[str] = []
+    with pytest.raises(local_llm.LocalServerError, match="no server in this test"):
+        local_llm.serve_local(tmp_path / "run", install=False, log=lines.append)
+    assert started_with == [shipped]
+    assert any("shipped Q4_1" in line and "RLAIF_GYM_CACHE" in line for line in lines)
 
 
 def test_serve_local_with_failed_episodes_exits_1(tmp_path, monkeypatch, capsys):
