@@ -194,6 +194,13 @@ def _concat(calls: list[LLMCall], attr: str) -> list[Any] | None:
     return [x for v in values for x in v]
 
 
+def _turn_tokens(call: LLMCall) -> dict[str, list[Any] | None]:
+    """One policy call's token-exact record: what a multi-turn trainer needs to train on the sampled tokens
+    without re-tokenising (None where the server returned none)."""
+    return {"prompt_token_ids": call.prompt_token_ids, "completion_token_ids": call.completion_token_ids,
+            "completion_logprobs": call.completion_logprobs}
+
+
 def _score_of(score: str | Callable[[Trajectory], float]) -> Callable[[Trajectory], float]:
     if callable(score):
         return score
@@ -226,10 +233,12 @@ def to_grpo_groups(trajectories: Iterable[Trajectory], score: str | Callable[[Tr
 
     Returns:
         `(groups, skipped)`: `groups` is a list of `{"group_id", "trajectory_ids", "scores",
-        "advantages", "degenerate", "messages", "tokens", "logprobs"}`, where `messages`,
-        `tokens` and `logprobs` hold one entry per trajectory (`tokens` / `logprobs`: the
+        "advantages", "degenerate", "messages", "tokens", "logprobs", "turns"}`, where `messages`,
+        `tokens`, `logprobs` and `turns` hold one entry per trajectory (`tokens` / `logprobs`: the
         concatenated completion token ids / logprobs of its policy calls, None unless every
-        policy call recorded them); `skipped` counts the groups of fewer than 2 (scored) trajectories
+        policy call recorded them; `turns`: per policy call, in order, its `prompt_token_ids`,
+        `completion_token_ids` and `completion_logprobs` as the server returned them, so that a
+        multi-turn trainer sees each turn's exact tokens); `skipped` counts the groups of fewer than 2 (scored) trajectories
         (each trajectory without a `group_id` counts as one such group).
     """
     value = _score_of(score) if judge_scores is None else (lambda t: judge_scores[t.trajectory_id])
@@ -269,6 +278,7 @@ def to_grpo_groups(trajectories: Iterable[Trajectory], score: str | Callable[[Tr
             "messages": [_conversation(t) for t in members],
             "tokens": [_concat(c, "completion_token_ids") for c in calls],
             "logprobs": [_concat(c, "completion_logprobs") for c in calls],
+            "turns": [[_turn_tokens(c) for c in member] for member in calls],
             **extra,
         })
     return out, skipped

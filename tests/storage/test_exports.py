@@ -124,6 +124,17 @@ def test_grpo_tokens_only_when_every_policy_call_recorded_them(grouped):
     assert g1["tokens"][2] is None and g1["logprobs"][2] is None  # g1-c recorded no token ids
 
 
+def test_grpo_turns_keep_each_calls_exact_tokens(grouped):
+    groups, _ = to_grpo_groups(grouped)
+    (g1,) = [g for g in groups if g["group_id"] == "g1"]
+    assert len(g1["turns"]) == len(g1["trajectory_ids"])
+    first = g1["turns"][0]
+    assert len(first) == 2, "one entry per policy call, in order"
+    assert all(turn == {"prompt_token_ids": [1, 2, 3], "completion_token_ids": [101, 7, 2048],
+                        "completion_logprobs": [-0.25, -1.5, -0.0625]} for turn in first)
+    assert all(turn["completion_token_ids"] is None for turn in g1["turns"][2])  # g1-c recorded none
+
+
 def test_grpo_messages_are_the_policy_conversation(grouped):
     groups, _ = to_grpo_groups(grouped)
     (g1,) = [g for g in groups if g["group_id"] == "g1"]
