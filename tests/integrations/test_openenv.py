@@ -321,7 +321,10 @@ def test_snapshot_codec_checks_key_version_and_shape():
 def test_the_serve_command_runs_a_server(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "rlaif_gym", "serve", "--port", "0", "--max-sessions", "1",
                              "--set", "num_ticks=3"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            # A runner started in the background inherits SIGINT ignored; the child must see a
+                            # Ctrl-C as a terminal delivers it.
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()  # "serving RLAIF-Text-v0 over OpenEnv on http://127.0.0.1:PORT ..."
         match = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
