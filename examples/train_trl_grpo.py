@@ -71,16 +71,19 @@ prompt is about a thousand tokens."""
 class Args:
     """Command-line arguments (each field is a `--flag`; underscores become dashes)."""
 
-    steps: int = 6
+    steps: int = 4
     """GRPO optimizer steps."""
-    sft_steps: int = 30
+    sft_steps: int = 12
     """SFT warm-start steps on the scripted agent's replies before GRPO (0: GRPO from the base model)."""
-    sft_episodes: int = 48
+    sft_episodes: int = 32
     """Training seeds (seed, seed + 1, ...) the scripted agent plays for the SFT data (one record per tick)."""
     sft_batch_size: int = 2
     """Replies per SFT step."""
     sft_learning_rate: float = 1e-3
     """AdamW learning rate of the SFT warm start."""
+    sft_full_think: bool = False
+    """Train on the scripted replies' whole <think> block (default: only its last sentence, which states the
+    decision, so replies fit --max-reply-tokens)."""
     ticks: int = 2
     """Ticks per episode (each tick is one reply; the completion holds all of them)."""
     train_episodes: int = 64
@@ -93,14 +96,16 @@ class Args:
     """Held-out seeds for the before/after table."""
     eval_first_seed: int = 1_000_000
     """First held-out seed."""
-    max_reply_tokens: int = 160
-    """Token budget of one reply (the scripted agent's replies are 55-140 tokens)."""
+    max_reply_tokens: int = 64
+    """Token budget of one reply."""
     learning_rate: float = 2e-4
     """AdamW learning rate (of the LoRA adapter, or of all weights with --lora-r 0)."""
     lora_r: int = 16
     """LoRA rank; 0 trains every weight."""
     temperature: float = 0.7
-    """Sampling temperature, in training and evaluation."""
+    """Sampling temperature of GRPO's rollouts."""
+    eval_temperature: float = 0.7
+    """Sampling temperature of the held-out evaluations."""
     beta: float = 0.0
     """KL coefficient (0: no reference model)."""
     config: str = ""
@@ -142,7 +147,7 @@ def evaluate(model, tokenizer, specs, args: Args, seed: int) -> dict[str, float]
     if merge:
         model.merge_adapter()
     try:
-        gen = transformers_generator(model, tokenizer, do_sample=True, temperature=args.temperature, top_k=0,
+        gen = transformers_generator(model, tokenizer, do_sample=True, temperature=args.eval_temperature, top_k=0,
                                      top_p=1.0)
         return episode_metrics(play_episodes(specs, gen, tokenizer, max_reply_tokens=args.max_reply_tokens))
     finally:
@@ -190,12 +195,13 @@ def main() -> int:
     if args.sft_steps > 0:
         t0 = time.perf_counter()
         records = scripted_sft_records(range(args.seed, args.seed + args.sft_episodes), config)
-        examples = sft_examples(records, tokenizer, max_reply_tokens=args.max_reply_tokens)
+        examples = sft_examples(records, tokenizer, max_reply_tokens=args.max_reply_tokens,
+                                short_think=not args.sft_full_think)
         cut = sum(1 for _, reply in examples if reply[-1] != tokenizer.eos_token_id)
         print(f"SFT data: {len(examples)} replies of the scripted agent on {args.sft_episodes} training seeds "
               f"({cut} cut to {args.max_reply_tokens} tokens; {time.perf_counter() - t0:.0f} s)")
         sft_losses = sft_train(model, examples, steps=args.sft_steps, batch_size=args.sft_batch_size,
-                               learning_rate=args.sft_learning_rate, seed=args.seed,
+                               learning_rate=args.sft_learning_rate, seed=args.seed, detach_prompt=True,
                                log=lambda step, loss: print(f"  SFT step {step:3d}  loss {loss:.4f}", flush=True))
         sft_s = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -211,7 +217,7 @@ def main() -> int:
         beta=args.beta, temperature=args.temperature, top_k=0, top_p=1.0,
         max_completion_length=args.ticks * (args.max_reply_tokens + first_prompt_tokens),
         logging_steps=1, report_to=[], save_strategy="no", use_cpu=args.device == "cpu", seed=args.seed,
-        bf16=False, fp16=False, dataloader_num_workers=0, disable_tqdm=True,
+        bf16=False, fp16=False, dataloader_num_workers=0, disable_tqdm=True, gradient_checkpointing=False,
     )
     trainer = GRPOTrainer(
         model=model, reward_funcs=[env_return], args=grpo, train_dataset=train, processing_class=tokenizer,

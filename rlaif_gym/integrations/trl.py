@@ -25,6 +25,11 @@ In both, the reward is the text env's, unchanged: a tick the model does not answ
 calling `act`, or the context filled up) is played as an empty reply, a no-op scored like any reply
 without an action, so the return always covers the row's whole horizon and stopping early never pays.
 
+An SFT warm start for a policy that rarely writes an executable action (GRPO cannot rank replies that all
+score the same): `scripted_sft_records` collects the offline scripted agent's replies through the collector
+and the SFT export, `sft_examples` frames them as `play_episodes` frames a tick, and `sft_train` is a plain
+supervised loop on the reply tokens.
+
 Rows (`build_dataset`) name `seed`, `config` (the env config as JSON) and optionally `snapshot` (a fork
 point from `env.get_state()`, pickled: load only datasets you made) and `ticks` (the horizon; None plays
 to the episode's end). Every row of a GRPO group is the same row, so a group's completions start from
@@ -37,6 +42,7 @@ import contextlib
 import copy
 import json
 import pickle
+import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -563,19 +569,27 @@ def scripted_sft_records(seeds: Iterable[int], config: RLAIFEnvConfig | Mapping[
 
 
 def sft_examples(records: Iterable[Mapping[str, Any]], tokenizer: PreTrainedTokenizerBase, *,
-                 max_reply_tokens: int | None = None, end_of_turn: int | None = None,
+                 max_reply_tokens: int | None = None, end_of_turn: int | None = None, short_think: bool = False,
                  ) -> list[tuple[list[int], list[int]]]:
     """`(prompt_ids, reply_ids)` per SFT record, framed as `play_episodes` frames a tick: the prompt messages
     chat-templated with the generation prompt, then the reply's tokens and the end-of-turn token, so the
     policy learns to write what the sampler will be asked to write. A reply longer than `max_reply_tokens`
-    is cut to it (and gets no end-of-turn token), as the sampler would cut it."""
+    is cut to it (and gets no end-of-turn token), as the sampler would cut it. `short_think` keeps only the
+    last sentence of a reply's `<think>` block (the scripted agent's states its decision there), so that
+    replies fit a small token budget."""
     end_of_turn = tokenizer.eos_token_id if end_of_turn is None else end_of_turn
     out = []
     for record in records:
         *prompt, reply = record["messages"]
         if reply["role"] != "assistant":
             raise ConfigError(f"an SFT record must end with the assistant reply, got role {reply['role']!r}")
-        ids = [*tokenizer(reply["content"], add_special_tokens=False)["input_ids"], end_of_turn]
+        text = reply["content"]
+        if short_think:
+            match = re.match(r"\s*<think>(.*?)</think>", text, flags=re.DOTALL)
+            if match:
+                last = re.split(r"(?<=[.!?])\s+", match.group(1).strip())[-1]
+                text = f"<think>{last}</think>" + text[match.end():]
+        ids = [*tokenizer(text, add_special_tokens=False)["input_ids"], end_of_turn]
         if max_reply_tokens is not None:
             ids = ids[:max_reply_tokens]
         out.append((_chat_ids(tokenizer, prompt, generation_prompt=True), ids))
@@ -584,10 +598,14 @@ def sft_examples(records: Iterable[Mapping[str, Any]], tokenizer: PreTrainedToke
 
 def sft_train(model: PreTrainedModel, examples: Sequence[tuple[list[int], list[int]]], *, steps: int,
               batch_size: int = 1, learning_rate: float = 5e-4, seed: int = 0,
-              log: Callable[[int, float], None] | None = None) -> list[float]:
+              detach_prompt: bool = False, log: Callable[[int, float], None] | None = None) -> list[float]:
     """A plain supervised loop: `steps` AdamW steps of next-token cross-entropy on the reply tokens only (the
     prompt tokens carry no loss), batches drawn in a seeded shuffled order over `examples`. Trains the
-    parameters that require grad (only a LoRA adapter's on a PEFT model). Returns each step's mean loss."""
+    parameters that require grad (only a LoRA adapter's on a PEFT model). Returns each step's mean loss.
+
+    With `detach_prompt` the prompt runs without gradients and the reply attends to its cached keys and values,
+    so the backward pass covers only the reply's tokens (much cheaper for long prompts and short replies; the
+    gradient then omits the adapter's effect on the prompt's keys and values)."""
     if steps < 0 or batch_size < 1:
         raise ConfigError(f"steps must be >= 0 and batch_size >= 1, got {steps} and {batch_size}")
     if steps and not examples:
@@ -610,13 +628,19 @@ def sft_train(model: PreTrainedModel, examples: Sequence[tuple[list[int], list[i
             batch.append(examples[order.pop()])
         n_tokens = sum(len(reply) for _, reply in batch)
         for prompt, reply in batch:  # one sequence at a time: no padding, gradients accumulated
-            ids = torch.tensor([prompt + reply], dtype=torch.long, device=device)
-            labels = torch.tensor([[-100] * len(prompt) + reply], dtype=torch.long, device=device)
-            logits = model(input_ids=ids).logits[:, :-1].float()
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
-                                                     ignore_index=-100, reduction="sum")
+            if detach_prompt:
+                with torch.no_grad():
+                    cache = model(input_ids=torch.tensor([prompt[:-1]], device=device), use_cache=True).past_key_values
+                ids = torch.tensor([prompt[-1:] + reply[:-1]], dtype=torch.long, device=device)
+                logits = model(input_ids=ids, past_key_values=cache, use_cache=True).logits.float()
+                target = torch.tensor(reply, dtype=torch.long, device=device)
+            else:
+                ids = torch.tensor([prompt + reply[:-1]], dtype=torch.long, device=device)
+                logits = model(input_ids=ids).logits[:, len(prompt) - 1:].float()
+                target = torch.tensor(reply, dtype=torch.long, device=device)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), target, reduction="sum")
             (loss / n_tokens).backward()
-            total += float(loss)
+            total += loss.item()
         optimizer.step()
         losses.append(total / n_tokens)
         if log is not None:

@@ -238,8 +238,8 @@ def to_grpo_groups(trajectories: Iterable[Trajectory], score: str | Callable[[Tr
         concatenated completion token ids / logprobs of its policy calls, None unless every
         policy call recorded them; `turns`: per policy call, in order, its `prompt_token_ids`,
         `completion_token_ids` and `completion_logprobs` as the server returned them, so that a
-        multi-turn trainer sees each turn's exact tokens); `skipped` counts the groups of fewer than 2 (scored) trajectories
-        (each trajectory without a `group_id` counts as one such group).
+        multi-turn trainer sees each turn's exact tokens); `skipped` counts the groups of fewer than
+        2 (scored) trajectories (each trajectory without a `group_id` counts as one such group).
     """
     value = _score_of(score) if judge_scores is None else (lambda t: judge_scores[t.trajectory_id])
     groups, ungrouped = _groups(trajectories)

@@ -14,6 +14,9 @@ the plumbing:
   the env received, the env's segments decode to the chat template's turn and the next prompt, masks
   and logprobs line up, and the logprobs are the policy's own (a forward pass over the concatenated
   ids gives them back);
+* the SFT warm start: records of the scripted agent (through the collector and the SFT export) carry the
+  text env's prompts, `sft_examples` frames them as `play_episodes` frames a tick, and `sft_train` lowers
+  the reply loss (the same first-step loss with the prompt detached);
 * two GRPO steps with `rollout_func`, with finite losses and the env's returns as rewards;
 * two GRPO steps with `environment_factory` (TRL's Qwen2.5 tool template on the same tokenizer), where
   the tiny model is scripted by a logit bias to answer every assistant turn with one `act` tool call
@@ -49,6 +52,9 @@ from rlaif_gym.integrations.trl import (
     env_return,
     make_rollout_func,
     play_episodes,
+    scripted_sft_records,
+    sft_examples,
+    sft_train,
     transformers_generator,
 )
 
@@ -194,6 +200,42 @@ def test_played_episodes_are_token_exact(tokenizer):
         for a, b in sampled:
             assert all(math.isfinite(x) and x < 0 for x in res.logprobs[a:b])
             assert torch.allclose(recomputed[a:b], torch.tensor(res.logprobs[a:b]), atol=1e-4)
+
+
+def test_sft_warm_start_on_scripted_replies(tokenizer):
+    records = scripted_sft_records([4, 5], CONFIG)
+    assert len(records) == 2 * CONFIG["num_ticks"]
+    env = RLAIFTextEnv(CONFIG)
+    first, _ = env.reset(seed=4)
+    system, user, reply = records[0]["messages"]
+    assert system == {"role": "system", "content": env.system_prompt} and user == {"role": "user", "content": first}
+    assert reply["role"] == "assistant" and reply["content"].startswith("<think>")
+
+    full = sft_examples(records, tokenizer)
+    short = sft_examples(records, tokenizer, short_think=True, max_reply_tokens=64)
+    for (prompt, ids), (prompt2, ids2), record in zip(full, short, records, strict=True):
+        assert prompt == prompt2
+        assert tokenizer.decode(prompt).endswith("<|im_start|>assistant\n")  # the sampler's framing
+        assert ids[-1] == tokenizer.eos_token_id and tokenizer.decode(ids[:-1]) == record["messages"][-1]["content"]
+        text = tokenizer.decode(ids2, skip_special_tokens=True)
+        assert len(ids2) <= 64 and text.count(".</think>") == 1
+        assert text.split("</think>")[1] == record["messages"][-1]["content"].split("</think>")[1]  # same action
+    env.reset(seed=4)  # the shortened replies of seed 4's episode, replayed: well-formed and executed
+    for _, ids in short[:CONFIG["num_ticks"]]:
+        _, _, _, _, info = env.step(tokenizer.decode(ids, skip_special_tokens=True))
+        assert not info["format_errors"] and info["feedback"]["success"], info["feedback"]
+    cut = sft_examples(records[:1], tokenizer, max_reply_tokens=5)
+    assert len(cut[0][1]) == 5 and cut[0][1][-1] != tokenizer.eos_token_id
+
+    model = _tiny_model(tokenizer)
+    frozen = copy.deepcopy(model)
+    losses = sft_train(model, short, steps=4, batch_size=len(short), learning_rate=1e-2, detach_prompt=True)
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    whole = sft_train(frozen, short[:1], steps=1, learning_rate=1e-2)  # the prompt with gradients: same loss
+    assert whole[0] == pytest.approx(sft_train(_tiny_model(tokenizer), short[:1], steps=1, detach_prompt=True)[0],
+                                     rel=1e-4)
+    with pytest.raises(ConfigError):
+        sft_train(model, [], steps=1)
 
 
 def _grpo_args(tmp_path, **overrides):
