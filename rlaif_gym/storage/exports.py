@@ -213,7 +213,8 @@ def _score_of(score: str | Callable[[Trajectory], float]) -> Callable[[Trajector
 def to_grpo_groups(trajectories: Iterable[Trajectory], score: str | Callable[[Trajectory], float] = "total_reward",
                    normalize: bool = False, *, judge_scores: Mapping[str, float | None] | None = None,
                    drop_degenerate: bool = False) -> tuple[list[dict[str, Any]], int]:
-    """Group-relative training groups (one per `group_id`), Atropos ScoredDataGroup-like.
+    """Group-relative training groups (one per `group_id`), Atropos ScoredDataGroup-like (legacy layout: Atropos is
+    archived; `turns` serves current multi-turn trainers).
 
     Advantages are the scores minus the group mean (divided by the group's population std when
     `normalize` and the std is not 0). No epsilon is ever added to break ties (the original
