@@ -42,7 +42,8 @@ class VerifyFirstSampler:
 
     Args:
         free: llama-cpp-python's `LlamaSampler` built without the grammar.
-        strict: the same chain with the grammar (at `grammar_index`), used for the check and the fallback.
+        strict: the same chain with the grammar, used for the check and the fallback.
+        grammar_index: the grammar sampler's position in `strict` (asked alone about one token).
         n_vocab: the model's vocabulary size.
     """
 
