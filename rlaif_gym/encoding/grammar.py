@@ -294,7 +294,8 @@ class TickIds:
         tickers: perps without an open position, for `open_perp`.
         positions: open perp positions as (ticker, position_id), for `close_perp`.
         groups: group chats not joined yet, for `join_group`.
-        recipients: NPCs the prompt names, as the ids `send_dm` resolves ("agent-3").
+        recipients: NPCs the prompt names, as their ids ("agent-3"); the constraint also offers their
+            display names ("Vitalik Butterin"), which `send_dm` resolves as well.
         max_leverage: the leverage cap the system prompt states (None: not stated, any leverage >= 1).
     """
 
@@ -358,7 +359,9 @@ class TickIds:
             "close_perp": [{"ticker": (t,), "position_id": (p,)} for t, p in self.positions],
             "join_group": [{"group": self.groups}] if self.groups else [],
             "create_post": [{}],
-            "send_dm": [{"recipient": self.recipients}] if self.recipients else [],
+            # Each NPC by its id and by the name the feed shows (the engine resolves both).
+            "send_dm": [{"recipient": (*self.recipients, *(npc_name(int(r.split("-")[1])) for r in self.recipients))}]
+            if self.recipients else [],
         }
 
     def leverage_cap(self) -> int | None:

@@ -14,23 +14,17 @@ from ..sim import (
     FEED_LENGTH,
     GROUP_NAMES,
     NEWS_SOURCES,
-    NPC_NAMES,
     PERP_TICKERS,
     QUESTIONS,
     WorldParams,
     WorldState,
     equity,
     exposure,
+    npc_name,
     yes_price,
 )
 
 __all__ = ["FeedItem", "MarketView", "PerpView", "TickView", "build_view", "npc_name"]
-
-
-def npc_name(k: int) -> str:
-    """Display name of NPC `k`."""
-    base = NPC_NAMES[k % len(NPC_NAMES)]
-    return base if k < len(NPC_NAMES) else f"{base} {k // len(NPC_NAMES) + 1}"
 
 
 @dataclass(slots=True)

@@ -5,7 +5,17 @@ Nothing here imports gymnasium, pydantic or any LLM code (a test walks the impor
 
 from .actions import ACTION_TYPES, Action, ActionBatch, ActionType, ErrorCode, error_message, normalize_action
 from .engine import StepOutcome, equity, exposure, reset, resolve_action, share_value, step, unrealized_pnl
-from .params import GROUP_NAMES, NEWS_SOURCES, NPC_NAMES, NPC_ROSTER, PERP_TICKERS, QUESTIONS, NpcBehaviour, WorldParams
+from .params import (
+    GROUP_NAMES,
+    NEWS_SOURCES,
+    NPC_NAMES,
+    NPC_ROSTER,
+    PERP_TICKERS,
+    QUESTIONS,
+    NpcBehaviour,
+    WorldParams,
+    npc_name,
+)
 from .pricing import buy_shares, sell_proceeds, yes_price
 from .rng import draw_keys
 from .state import FEED_LENGTH, GROUND_TRUTH_FIELDS, WorldState
@@ -34,6 +44,7 @@ __all__ = [
     "error_message",
     "exposure",
     "normalize_action",
+    "npc_name",
     "reset",
     "resolve_action",
     "sell_proceeds",

@@ -91,7 +91,7 @@ _MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.UNKNOWN_GROUP: "unknown group chat (index {a:.0f})",
     ErrorCode.ALREADY_MEMBER: "already a member of this group chat",
     ErrorCode.EMPTY_CONTENT: "content must be non-empty text",
-    ErrorCode.UNKNOWN_RECIPIENT: "unknown recipient; use an NPC id such as agent-0",
+    ErrorCode.UNKNOWN_RECIPIENT: "unknown recipient; use an NPC's name as the feed shows it, or its id such as agent-0",
     ErrorCode.MARKET_CLOSED: "that market has already resolved; trade the markets listed now",
     ErrorCode.NOT_A_NUMBER: "amount must be a finite positive number",
     ErrorCode.PROCEEDS_BELOW_FEE: "sale proceeds ${a:,.4f} would not cover the ${b:,.2f} fee",

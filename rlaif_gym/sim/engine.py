@@ -19,7 +19,16 @@ import numpy as np
 from ..errors import InvalidActionError
 from . import rng
 from .actions import Action, ActionBatch, ActionType, ErrorCode
-from .params import GROUP_NAMES, NEWS_SOURCES, NPC_ROSTER, PERP_BASE_PRICES, PERP_TICKERS, NpcBehaviour, WorldParams
+from .params import (
+    GROUP_NAMES,
+    NEWS_SOURCES,
+    NPC_ROSTER,
+    PERP_BASE_PRICES,
+    PERP_TICKERS,
+    NpcBehaviour,
+    WorldParams,
+    npc_name,
+)
 from .pricing import buy_shares, sell_proceeds, yes_price
 from .state import FEED_LENGTH, WorldState
 
@@ -829,6 +838,9 @@ def resolve_action(state: WorldState, params: WorldParams, b: int, action: Actio
         if kind == ActionType.SEND_DM:
             names = [NPC_ROSTER[i % len(NPC_ROSTER)][0] for i in range(params.num_npcs)]
             target = _lookup_name(action.recipient or "", names, "agent")
+            if target < 0:  # the display name the prompt's feed shows ("Satoshi Nakamotoe")
+                target = _lookup_name(action.recipient or "", [npc_name(i) for i in range(params.num_npcs)],
+                                      "agent")
             if target < 0 and code == ErrorCode.OK:
                 code = ErrorCode.UNKNOWN_RECIPIENT
     return kind, max(target, 0), side, amount, lev, code, float(target), 0.0

@@ -73,6 +73,12 @@ NPC_NAMES: tuple[str, ...] = (
     "Goody Gwen", "Opsec Olga",
 )
 
+
+def npc_name(k: int) -> str:
+    """Display name of NPC `k` (what the prompt's feed shows; `send_dm` takes it as well as "agent-k")."""
+    base = NPC_NAMES[k % len(NPC_NAMES)]
+    return base if k < len(NPC_NAMES) else f"{base} {k // len(NPC_NAMES) + 1}"
+
 # (name, reliability): the probability that an item from this source points the right way.
 NEWS_SOURCES: tuple[tuple[str, float], ...] = (
     ("Reuters-AI", 0.75),

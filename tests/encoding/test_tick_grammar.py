@@ -141,6 +141,9 @@ def test_the_ids_read_from_the_prompt_are_the_views(seed, config):
         authors = set(re.findall(r"^- \[t\d+\] @(.+?) \(reputation", prompt, re.MULTILINE))
         assert {npc_name(int(r.split("-")[1])) for r in ids.recipients} == authors
         assert all(int(r.split("-")[1]) < env.params.num_npcs for r in ids.recipients)
+        dm_rows = ids.rows()["send_dm"]
+        offered = set(dm_rows[0]["recipient"]) if dm_rows else set()
+        assert offered == set(ids.recipients) | authors, "a DM may name an NPC by its id or as the feed shows it"
         seen["held"] += bool(ids.held)
         seen["positions"] += bool(ids.positions)
         seen["joined"] += len(ids.groups) < env.params.num_groups

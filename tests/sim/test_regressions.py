@@ -42,3 +42,23 @@ def test_momentum_npcs_follow_the_previous_tick_move():
         step(s, ActionBatch.waits(32), p)
     held = s.npc_yes[:, momentum].sum() + s.npc_no[:, momentum].sum()
     assert held > 0, "momentum traders never traded"
+
+
+def test_a_dm_reaches_the_npc_by_the_name_the_feed_shows():
+    """The prompt's feed names NPCs ("@Vitalik Butterin"); a DM by that name used to be refused as an
+    unknown recipient, because the engine knew only "agent-3" and the archetype ("researcher")."""
+    from rlaif_gym.sim import Action, ErrorCode, npc_name, resolve_action
+
+    p = WorldParams(num_npcs=20)
+    s = reset(p, np.array([3], np.uint64))
+
+    def target(recipient: str) -> tuple[int, int]:
+        _, tgt, _, _, _, code, _, _ = resolve_action(s, p, 0, Action(type="send_dm", recipient=recipient, content="hi"))
+        return tgt, code
+
+    for k in (0, 3, 11, 12, 19):
+        assert target(npc_name(k)) == (k, ErrorCode.OK), npc_name(k)
+        assert target(f"agent-{k}") == (k, ErrorCode.OK)
+    assert npc_name(12) == "Satoshi Nakamotoe 2" and target("vitalik butterin") == (3, ErrorCode.OK)
+    assert target("researcher") == (3, ErrorCode.OK), "the archetype still resolves, as before"
+    assert target("Nobody Atall")[1] == ErrorCode.UNKNOWN_RECIPIENT
