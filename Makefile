@@ -39,9 +39,10 @@ demo: $(DEMO_STAMP)
 
 demo-llm: $(STAMP)
 	# A real model plays: SmolLM2-135M on a local llama.cpp server, started and stopped by the command.
-	# Measured: 38 s (10 calls, median 3.3 s each) on this project's 2 shared cores at load average 1.3; it was
-	# 80 s (6.7 s per call) before the second round of issue 18 and 167 s before issue 18. It prints its own time.
-	@echo "make demo-llm: 2 episodes x 5 ticks of SmolLM2-135M on llama.cpp, one call at a time: about 40 s on 2 shared cores"
+	# Measured: 38 and 48 s (10 calls, medians 3.3 and 4.1 s) on this project's 2 shared cores at load average 1.3;
+	# it was 80 s (6.7 s per call) before the second round of issue 18 and 167 s before issue 18; 58 s with an
+	# older portable llama.cpp build from pip's cache (serve-local says how to rebuild). It prints its own time.
+	@echo "make demo-llm: 2 episodes x 5 ticks of SmolLM2-135M on llama.cpp, one call at a time: about 40-60 s on 2 shared cores"
 	@start=$$(date +%s); \
 	$(VENV)/bin/rlaif-gym serve-local --episodes 2 --num-envs 1 --max-ticks 5 --seed 0 --out runs/demo-llm --overwrite && \
 	$(VENV)/bin/rlaif-gym report runs/demo-llm && \
