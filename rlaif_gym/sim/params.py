@@ -79,6 +79,7 @@ def npc_name(k: int) -> str:
     base = NPC_NAMES[k % len(NPC_NAMES)]
     return base if k < len(NPC_NAMES) else f"{base} {k // len(NPC_NAMES) + 1}"
 
+
 # (name, reliability): the probability that an item from this source points the right way.
 NEWS_SOURCES: tuple[tuple[str, float], ...] = (
     ("Reuters-AI", 0.75),

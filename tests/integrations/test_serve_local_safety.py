@@ -115,3 +115,19 @@ def test_serve_local_prints_the_build_hint(tmp_path, monkeypatch, no_server):
     with pytest.raises(local_llm.LocalServerError):
         local_llm.serve_local(tmp_path / "run", install=False, log=lines.append)
     assert lines[0] == "this llama-cpp-python was compiled without AVX512"
+
+
+def test_a_bad_quant_fails_before_anything_is_installed(tmp_path, monkeypatch):
+    installs = []
+    monkeypatch.setattr(local_llm, "missing_local_llm", lambda: ["llama-cpp-python[server]==0.3.36"])
+    monkeypatch.setattr(local_llm, "install_local_llm", lambda **kwargs: installs.append(kwargs))
+    with pytest.raises(ConfigError, match="quant must be one of Q4_0, Q8_0, IQ4_NL, Q4_1, got 'Q3_K'"):
+        local_llm.serve_local(tmp_path / "run", quant="Q3_K", log=lambda line: None)
+    assert installs == [] and not (tmp_path / "run").exists()
+
+
+def test_the_cli_offers_exactly_the_model_formats():
+    from rlaif_gym.cli import ModelFormat
+
+    assert tuple(m.value for m in ModelFormat) == local_llm.MODEL_FORMATS
+    assert ModelFormat.Q4_0.value == local_llm.FAST_QUANT, "the CLI's default is the module's"
