@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -38,6 +39,7 @@ __all__ = [
     "Observation",
     "ProviderAccess",
     "SchemaVersionError",
+    "StorageRepairWarning",
     "Trajectory",
     "TrajectoryStep",
     "sim_timestamp_ms",
@@ -60,6 +62,11 @@ def sim_timestamp_ms(tick: int, tick_seconds: int = 3600) -> int:
 
 class SchemaVersionError(RLAIFError, ValueError):
     """A record was written by a schema version this reader does not know."""
+
+
+class StorageRepairWarning(UserWarning):
+    """A record held text that no UTF-8 file can store (a lone surrogate that got past the LLM boundary);
+    it was written with each such code point replaced by U+FFFD and a ``storageRepairs`` count."""
 
 
 _NEGATIVE_EXPONENT = re.compile(r"e-(?<=[0-9]e-)")  # a literal first: the regex engine skips ahead to it
@@ -89,13 +96,29 @@ class _Record(BaseModel):
         The text is exactly ``json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))``;
         pydantic's serialiser writes it in one pass (about a third of the time), and the few records
         where its float format could differ from Python's (a float below 1e-4) go the plain way.
+
+        The text is always valid UTF-8, so no store loses a record to a text field: the LLM boundary
+        repairs server text where it enters, and as a last resort any lone surrogate still in a field
+        (text a caller put there) is replaced by U+FFFD here, the count written as a top-level
+        ``storageRepairs`` field, with a `StorageRepairWarning`.
         """
         try:
             text = self.model_dump_json(by_alias=True)
         except ValueError:  # text pydantic will not encode (a lone surrogate): the plain path decides
             text = ""
-        if not text or _may_differ(text):
-            return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        if text and not _may_differ(text):
+            return text
+        data = self.to_dict()
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            data, repaired = storable_value(data)
+            data["storageRepairs"] = int(data.get("storageRepairs") or 0) + repaired
+            warnings.warn(f"{type(self).__name__} {getattr(self, 'trajectory_id', '')!s}: {repaired} code point(s) "
+                          "that UTF-8 cannot store were written as U+FFFD (storageRepairs)", StorageRepairWarning,
+                          stacklevel=2)
+            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
         return text
 
 

@@ -31,7 +31,9 @@ class EnvSnapshot:
     """Everything an episode of `RLAIFEnv` (or a subclass) depends on at one tick, as deep copies.
 
     Made by `env.get_state()`, consumed by `env.set_state()` and `env.fork()`. Restoring never
-    modifies the snapshot, so one snapshot can seed any number of branches.
+    modifies the snapshot, so one snapshot can seed any number of branches. `to_bytes()` /
+    `from_bytes()` carry it out of the process as plain data (`envs.snapshot`: arrays and JSON, never
+    pickle), checked on the way back in; an env restored from the bytes steps bit-identically.
 
     Attributes:
         env_class: the class that made it (a text env's snapshot carries its prompt and view).
@@ -54,6 +56,24 @@ class EnvSnapshot:
     def tick(self) -> int:
         """The tick the snapshot was taken at."""
         return int(self.world.tick[0])
+
+    def to_bytes(self) -> bytes:
+        """This snapshot as data-only bytes (see `rlaif_gym.envs.snapshot`); `from_bytes` reads them back."""
+        from .snapshot import encode_snapshot
+
+        return encode_snapshot(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, env_class: type | None = None) -> EnvSnapshot:
+        """The snapshot `to_bytes` wrote, fully checked; `SnapshotFormatError` says what is wrong otherwise.
+
+        Args:
+            data: the bytes.
+            env_class: the class the snapshot must come from (None: either face).
+        """
+        from .snapshot import decode_snapshot
+
+        return decode_snapshot(data, env_class=env_class)[0]
 
 
 class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):

@@ -42,13 +42,11 @@ import hmac
 import json
 import logging
 import os
-import pickle
 import secrets
 import socket
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -58,6 +56,7 @@ import numpy as np
 from .._version import __version__
 from ..config import RLAIFEnvConfig
 from ..envs.rlaif_env import EnvSnapshot
+from ..envs.snapshot import MAX_SNAPSHOT_BYTES, decode_snapshot, encode_snapshot
 from ..envs.text_env import RLAIFTextEnv
 from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError
 
@@ -241,42 +240,57 @@ class WSRestoreMessage(BaseMessage):
 class SnapshotCodec:
     """Turns episode snapshots into signed, self-contained strings and back.
 
-    A token is ``rlaif-snapshot-v1:<version>:<payload>:<mac>``: the payload is the pickled
-    `EnvSnapshot` (zlib, urlsafe base64) and the mac its HMAC-SHA256 under the codec's key. A token
-    is unpickled only after its mac checks out, so a client cannot make the server load anything the
-    server did not sign. Tokens hold the world's hidden truth: never show them to the policy.
+    A token is ``rlaif-snapshot-v2:<version>:<payload>:<mac>``: the payload is the snapshot as data
+    (`EnvSnapshot.to_bytes()`: arrays and JSON, never pickle, fully checked when read; urlsafe base64)
+    with the session's bookkeeping, and the mac its HMAC-SHA256 under the codec's key. Reading a token
+    runs nothing it carries, signed or not. The key protects the episode's integrity: without it a
+    client cannot hand the server a world it altered (moved a price, changed its cash or the hidden
+    truth). Tokens hold the world's hidden truth: never show them to the policy.
 
     Args:
-        key: the signing key. None: `$RLAIF_SNAPSHOT_KEY` if set, else random (tokens then restore only
-            into the process that made them). Servers that should accept each other's tokens share one.
+        key: the signing key, at least `MIN_KEY_BYTES` bytes. None: `$RLAIF_SNAPSHOT_KEY` if set, else
+            random (tokens then restore only into the process that made them). Servers that should
+            accept each other's tokens share one.
     """
 
-    PREFIX = "rlaif-snapshot-v1"
+    PREFIX = "rlaif-snapshot-v2"
+    MIN_KEY_BYTES = 32
+    MAX_TOKEN_CHARS = 4 * MAX_SNAPSHOT_BYTES // 3 + 256
+    """The longest token read (the base64 of the largest snapshot, plus the prefix and mac)."""
 
     def __init__(self, key: bytes | str | None = None) -> None:
         if key is None:
             key = os.environ.get(SNAPSHOT_KEY_ENV) or secrets.token_bytes(32)
         self._key = key.encode() if isinstance(key, str) else bytes(key)
-        if not self._key:
-            raise ConfigError(f"the snapshot signing key is empty; unset ${SNAPSHOT_KEY_ENV} or give it a value")
+        if len(self._key) < self.MIN_KEY_BYTES:
+            raise ConfigError(
+                f"the snapshot signing key (${SNAPSHOT_KEY_ENV}) has {len(self._key)} bytes; it needs at least "
+                f"{self.MIN_KEY_BYTES} (a short key can be guessed, and whoever has it can hand the server any "
+                "episode state). Make one with: python -c \"import secrets; print(secrets.token_hex(32))\", or "
+                "unset the variable for a random key per process")
 
     def _mac(self, signed: str) -> str:
         return hmac.new(self._key, signed.encode("ascii"), hashlib.sha256).hexdigest()
 
-    def encode(self, payload: Mapping[str, Any]) -> str:
-        """A token for `payload` (an `EnvSnapshot` plus the session's bookkeeping)."""
-        body = base64.urlsafe_b64encode(zlib.compress(pickle.dumps(dict(payload), protocol=5), 6)).decode("ascii")
+    def encode(self, snapshot: EnvSnapshot, meta: Mapping[str, Any]) -> str:
+        """A token for `snapshot` and the session's bookkeeping `meta` (plain JSON values)."""
+        body = base64.urlsafe_b64encode(encode_snapshot(snapshot, dict(meta))).decode("ascii")
         signed = f"{self.PREFIX}:{__version__}:{body}"
         return f"{signed}:{self._mac(signed)}"
 
-    def decode(self, token: object) -> dict[str, Any]:
-        """The payload of a token this codec made.
+    def decode(self, token: object) -> tuple[EnvSnapshot, dict[str, Any]]:
+        """The text-env snapshot and bookkeeping of a token this codec made.
 
         Raises:
-            SnapshotTokenError: not a token, altered, signed with another key, or made by another version.
+            SnapshotTokenError: not a token, altered, signed with another key, made by another version,
+                or holding something other than a text-env snapshot.
         """
         if not isinstance(token, str):
             raise SnapshotTokenError(f"a snapshot token is the string snapshot() returned, got {type(token).__name__}")
+        if len(token) > self.MAX_TOKEN_CHARS or not token.isascii():
+            what = f"{len(token)} characters" if len(token) > self.MAX_TOKEN_CHARS else "non-ASCII characters"
+            raise SnapshotTokenError(f"not a snapshot token (it has {what}; a token is the ASCII string "
+                                     "snapshot() returned); pass it unchanged")
         signed, _, mac = token.rpartition(":")
         prefix, _, rest = signed.partition(":")
         version, _, body = rest.partition(":")
@@ -293,12 +307,9 @@ class SnapshotCodec:
             raise SnapshotTokenError(f"this snapshot was made by rlaif-gym {version}; this server runs {__version__}, "
                                      "and a snapshot restores only into the version that made it")
         try:
-            payload = pickle.loads(zlib.decompress(base64.urlsafe_b64decode(body)))
-        except (binascii.Error, zlib.error, pickle.UnpicklingError, EOFError) as exc:  # signed yet unreadable
+            return decode_snapshot(base64.urlsafe_b64decode(body), env_class=RLAIFTextEnv)
+        except (binascii.Error, ValueError) as exc:  # SnapshotFormatError is a ValueError
             raise SnapshotTokenError(f"the snapshot token is signed but unreadable ({exc})") from None
-        if not isinstance(payload, dict) or not isinstance(payload.get("env"), EnvSnapshot):
-            raise SnapshotTokenError("the snapshot token holds no env snapshot")
-        return payload
 
 
 _DEFAULT_CODEC: SnapshotCodec | None = None
@@ -443,17 +454,18 @@ class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
         """The episode now as a signed token (see `SnapshotCodec`); restoring it never changes it."""
         if self._env is None:
             raise ResetNeeded("this session has no episode to snapshot: reset it first")
-        return self.codec.encode({
-            "env": self._env.get_state(), "episode_id": self._episode_id, "prompt": self._prompt,
-            "terminated": self._terminated, "truncated": self._truncated, "episode_return": self._return,
+        return self.codec.encode(self._env.get_state(), {
+            "episode_id": self._episode_id, "prompt": self._prompt, "terminated": self._terminated,
+            "truncated": self._truncated, "episode_return": self._return,
         })
 
     def restore(self, snapshot: str, episode_id: str | None = None) -> RLAIFObservation:
         """Continue from a token; returns the prompt the snapshotted episode was waiting on."""
-        payload = self.codec.decode(snapshot)
-        snap: EnvSnapshot = payload["env"]
-        if snap.env_class is not RLAIFTextEnv:
-            raise SnapshotTokenError(f"this token holds a {snap.env_class.__name__} snapshot, not a text-env one")
+        snap, payload = self.codec.decode(snapshot)
+        if not (isinstance(payload.get("prompt"), str) and isinstance(payload.get("terminated"), bool)
+                and isinstance(payload.get("truncated"), bool) and isinstance(payload.get("episode_return"), float)
+                and (payload.get("episode_id") is None or isinstance(payload.get("episode_id"), str))):
+            raise SnapshotTokenError("the snapshot token's session fields are not the ones snapshot() writes")
         env = self._env_for(snap.config)
         env.set_state(snap)
         self._episode_id = str(episode_id) if episode_id is not None else payload["episode_id"]

@@ -31,7 +31,8 @@ and the SFT export, `sft_examples` frames them as `play_episodes` frames a tick,
 supervised loop on the reply tokens.
 
 Rows (`build_dataset`) name `seed`, `config` (the env config as JSON) and optionally `snapshot` (a fork
-point from `env.get_state()`, pickled: load only datasets you made) and `ticks` (the horizon; None plays
+point from `env.get_state()`, as `EnvSnapshot.to_bytes()`: arrays and JSON, never pickle, so a shared
+dataset cannot run code; it is fully checked when read) and `ticks` (the horizon; None plays
 to the episode's end). Every row of a GRPO group is the same row, so a group's completions start from
 one state, also a mid-episode one.
 """
@@ -41,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import pickle
 import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -133,7 +133,7 @@ class EpisodeSpec:
                  snapshot: bytes | None = None, ticks: int | None = None, **_: Any) -> EpisodeSpec:
         """The spec a dataset row names (`build_dataset`'s columns; other columns are ignored)."""
         cfg = RLAIFEnvConfig.from_any(json.loads(config) if isinstance(config, str) else config)
-        snap = pickle.loads(snapshot) if snapshot is not None else None
+        snap = EnvSnapshot.from_bytes(snapshot, env_class=RLAIFTextEnv) if snapshot is not None else None
         return cls(None if seed is None else int(seed), cfg, snap, None if ticks is None else int(ticks))
 
     def start(self, env: RLAIFTextEnv | None = None) -> tuple[RLAIFTextEnv, str]:
@@ -155,7 +155,7 @@ class EpisodeSpec:
             "prompt": [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": user}],
             "seed": self.seed,
             "config": json.dumps(self.config.model_dump(mode="json", exclude_unset=True), sort_keys=True),
-            "snapshot": pickle.dumps(self.snapshot) if self.snapshot is not None else None,
+            "snapshot": self.snapshot.to_bytes() if self.snapshot is not None else None,
             "ticks": self.ticks,
         }
 
@@ -189,8 +189,8 @@ def build_dataset(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping
             `RLAIFTRLEnv.reset` returns the prompt and TRL appends it there.
 
     Returns:
-        Columns `prompt` (system and user messages), `seed`, `config` (JSON), `snapshot` (pickled
-        `EnvSnapshot` or None) and `ticks`.
+        Columns `prompt` (system and user messages), `seed`, `config` (JSON), `snapshot`
+        (`EnvSnapshot.to_bytes()`, data only, or None) and `ticks`.
     """
     return datasets.Dataset.from_list(dataset_rows(seeds, config=config, snapshots=snapshots, ticks=ticks,
                                                    contract=contract))

@@ -14,9 +14,10 @@ only by the HTTP client: `describe()` and every record omit it. Credentials embe
 an HTTP client would otherwise send them as HTTP Basic auth instead of the key, and a server that echoes its
 headers would hand base64(user:pass) back into every record.
 
-Servers echo what they receive. Every text that comes back, errors and successful replies (the
-content and the reasoning) alike, has each known secret masked as ``***`` (`_redact`): the key, the
-URL password and user:password pair, plain and in base64 (standard and URL-safe).
+Servers echo what they receive. `redact` masks each known secret as ``***``: the key, the URL
+password and user:password pair, plain and in base64 (standard and URL-safe). This client masks its
+own error messages and logs with it; `RecordingClient` applies it to every string field of every
+completion (reply, reasoning, model, finish reason), so a key echoed in any field is never stored.
 
 Retries: timeouts, connection errors, 429 and 5xx are retried with exponential backoff and jitter
 (drawn from a seeded generator); 4xx errors are not. A server that rejects the `logprobs` option is
@@ -301,7 +302,7 @@ class OpenAIChatClient:
                           reason[:160], attempt, self.max_retries, delay)
             await asyncio.sleep(delay)
 
-    def _redact(self, text: str) -> str:
+    def redact(self, text: str) -> str:
         """`text` with every form of this client's secrets masked as ``***`` (servers echo them)."""
         for form in self._secret_forms:
             if form in text:
@@ -310,7 +311,7 @@ class OpenAIChatClient:
 
     def _message(self, exc: Exception) -> str:
         """The error text, cut to 500 characters, with this client's secrets masked."""
-        return self._redact(str(exc) or type(exc).__name__)[:500]
+        return self.redact(str(exc) or type(exc).__name__)[:500]
 
     def _completion(self, response: Any, attempts: int) -> Completion:
         """Normalise a decoded response; any malformed part raises ValueError, which the caller retries."""
@@ -340,10 +341,9 @@ class OpenAIChatClient:
         prompt_ids = response.get("prompt_token_ids")
         prompt_ids = prompt_ids if isinstance(prompt_ids, list) else None
         reasoning = message.get("reasoning_content")
-        if isinstance(reasoning, str):
-            reasoning = self._redact(reasoning)
+        # Masked, repaired and bounded by `RecordingClient`, the one boundary every field passes.
         return Completion(
-            text=self._redact(text), model=response.get("model") or self.model,
+            text=text, model=response.get("model") or self.model,
             finish_reason=choice.get("finish_reason"),
             prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"),
             total_tokens=usage.get("total_tokens"), prompt_token_ids=prompt_ids,

@@ -5,21 +5,87 @@ included), latency, usage, token ids and logprobs when the server returned them,
 A failed call is recorded and then re-raised as `LLMError`, so the caller decides what a failure
 means for its episode; nothing here turns a failure into a reply or a reward.
 
-This is the boundary where server text enters: the reply, its reasoning and the error message are
-made storable here (`storable_text`: a lone surrogate becomes U+FFFD), for the caller as well as the
-record, and the record says so (``textRepairs``: field -> code points replaced; absent when none).
+This is the one boundary where server text enters. Every string a completion or an error carries
+(the reply, its reasoning, the model name, the finish reason, the error message) passes through
+`_BoundaryText` before the caller or the record sees it:
+
+* secrets masked: the wrapped client's `redact(text)` (`OpenAIChatClient` masks its key and the URL's
+  credentials in every form); a server or gateway that echoes a key in *any* field stores ``***``;
+* made storable (`storable_text`: a lone surrogate becomes U+FFFD), counted in the record's
+  ``textRepairs`` (field -> code points replaced; absent when none);
+* bounded: short metadata fields (model, finish reason) are cut to `METADATA_CHARS` characters;
+* typed: token ids, logprobs and token counts of the wrong type are dropped (None), not stored.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..trajectory import LLMCall, LLMCallError, storable_text
 from .types import ChatClient, Completion, LLMError, SamplingParams
 
-__all__ = ["RecordingClient"]
+__all__ = ["METADATA_CHARS", "RecordingClient"]
+
+METADATA_CHARS = 256
+"""The most characters kept of a short metadata field a server sends (model name, finish reason)."""
+
+
+def _ints(value: Any) -> list[int] | None:
+    """A list of plain ints (token ids), or None for anything else a server may send."""
+    if isinstance(value, list) and all(type(v) is int for v in value):
+        return value
+    return None
+
+
+def _floats(value: Any) -> list[float] | None:
+    """A list of floats (logprobs), or None for anything else."""
+    if isinstance(value, list) and all(type(v) in (float, int) for v in value):
+        return [float(v) for v in value]
+    return None
+
+
+def _count(value: Any) -> int | None:
+    """A non-negative token count, or None."""
+    return value if type(value) is int and value >= 0 else None
+
+
+class _BoundaryText:
+    """Masks, repairs and bounds the strings of one call, and counts the repairs per field."""
+
+    def __init__(self, redact: Callable[[str], str] | None) -> None:
+        self.redact = redact
+        self.repairs: dict[str, int] = {}
+
+    def __call__(self, field: str, value: str, limit: int | None = None) -> str:
+        if self.redact is not None:
+            value = self.redact(value)
+        value, repaired = storable_text(value)
+        if repaired:
+            self.repairs[field] = repaired
+        if limit is not None and len(value) > limit:
+            value = value[:limit]
+        return value
+
+    def completion(self, completion: Completion, default_model: str) -> Completion:
+        """`completion` with every string field made boundary text and every other field type-checked."""
+        model = completion.model if isinstance(completion.model, str) and completion.model else default_model
+        reasoning = completion.reasoning if isinstance(completion.reasoning, str) else None
+        finish = completion.finish_reason if isinstance(completion.finish_reason, str) else None
+        logprobs = _floats(completion.completion_logprobs)
+        return dataclasses.replace(
+            completion,
+            text=self("response", completion.text if isinstance(completion.text, str) else ""),
+            reasoning=self("reasoning", reasoning) if reasoning else reasoning,
+            model=self("model", model, METADATA_CHARS),
+            finish_reason=self("finish_reason", finish, METADATA_CHARS) if finish is not None else None,
+            prompt_tokens=_count(completion.prompt_tokens), completion_tokens=_count(completion.completion_tokens),
+            total_tokens=_count(completion.total_tokens), prompt_token_ids=_ints(completion.prompt_token_ids),
+            completion_token_ids=_ints(completion.completion_token_ids),
+            completion_logprobs=logprobs,
+        )
 
 
 def _multi_turn(messages: list[dict[str, str]]) -> bool:
@@ -54,26 +120,25 @@ class RecordingClient:
             "action_type": action_type,
         }
         start = time.perf_counter()
+        boundary = _BoundaryText(getattr(self.inner, "redact", None))
         try:
             completion = await self.inner.complete(messages, params)
         except LLMError as exc:
-            message, repaired = storable_text(str(exc))
-            if repaired:
-                exc.args = (message,)  # the caller reports it too (trajectory errors, the summary)
-                record["textRepairs"] = {"error": repaired}
+            message = boundary("error", str(exc))
+            exc.args = (message,)  # the caller reports it too (trajectory errors, the summary)
+            exc.type = boundary("error_type", str(exc.type), METADATA_CHARS)
+            if boundary.repairs:
+                record["textRepairs"] = boundary.repairs
             record.update(latency_ms=1000.0 * (time.perf_counter() - start), attempts=exc.attempts,
-                          error=LLMCallError(type=exc.type, message=message, status_code=exc.status_code,
-                                             retryable=exc.retryable))
+                          error=LLMCallError(type=exc.type, message=message, status_code=_count(exc.status_code),
+                                             retryable=bool(exc.retryable)))
             exc.record = LLMCall(**record)  # type: ignore[attr-defined]
             raise
-        text, text_repairs = storable_text(completion.text)
-        reasoning, reasoning_repairs = storable_text(completion.reasoning) if completion.reasoning else (None, 0)
-        if text_repairs or reasoning_repairs:
-            completion = dataclasses.replace(completion, text=text, reasoning=reasoning or completion.reasoning)
-            record["textRepairs"] = {k: n for k, n in (("response", text_repairs), ("reasoning", reasoning_repairs))
-                                     if n}
+        completion = boundary.completion(completion, self.inner.model)
+        if boundary.repairs:
+            record["textRepairs"] = boundary.repairs
         record.update(
-            latency_ms=1000.0 * (time.perf_counter() - start), model=completion.model or self.inner.model,
+            latency_ms=1000.0 * (time.perf_counter() - start), model=completion.model,
             response=completion.text, reasoning=completion.reasoning, finish_reason=completion.finish_reason,
             prompt_tokens=completion.prompt_tokens, completion_tokens=completion.completion_tokens,
             total_tokens=completion.total_tokens, prompt_token_ids=completion.prompt_token_ids,

@@ -55,7 +55,11 @@ class LLMError(Exception):
 
 
 class ChatClient(Protocol):
-    """Anything that turns chat messages into a completion. Constructing one opens no connection."""
+    """Anything that turns chat messages into a completion. Constructing one opens no connection.
+
+    A client that holds secrets (an API key) may also define ``redact(text) -> str``, which masks
+    them; `RecordingClient` applies it to every string of every completion and error it records.
+    """
 
     model: str
 

@@ -9,13 +9,16 @@ HTTP, raw frames over `websockets`. Nothing here reads a clock: waits poll with 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -45,6 +48,7 @@ from rlaif_gym.integrations.openenv import (
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = {"num_ticks": 4}
+TEST_KEY, KEY_A, KEY_B = "test-key-" + "t" * 32, "key-a-" + "a" * 32, "key-b-" + "b" * 32
 BUY = ('<think>market-0 looks cheap</think>'
        '{"type": "buy_prediction", "market": "market-0", "outcome": "YES", "amount": 100}')
 WAIT = '{"type": "wait"}'
@@ -69,7 +73,7 @@ def _wait_for_free_slot(url: str) -> None:
 
 @pytest.fixture
 def url():
-    with background_server(max_sessions=4, env_config=CONFIG, snapshot_key="test-key") as base_url:
+    with background_server(max_sessions=4, env_config=CONFIG, snapshot_key=TEST_KEY) as base_url:
         yield base_url
 
 
@@ -122,7 +126,7 @@ def test_snapshot_step_restore_step_is_bit_identical(url):
         env.reset(seed=3)
         env.step(BUY)
         token = env.snapshot()
-        assert isinstance(token, str) and token.startswith("rlaif-snapshot-v1:")
+        assert isinstance(token, str) and token.startswith("rlaif-snapshot-v2:")
         tick_at_snapshot = env.state().tick
         first = [_transition(env.step(reply)) for reply in REPLIES[:3]]
         restored = env.restore(token)
@@ -286,11 +290,11 @@ def test_openenv_validate_accepts_the_server(url):
 
 
 def test_the_environment_also_runs_in_openenvs_own_server(url):
-    with RLAIFEnvClient(base_url=url).sync() as ours:  # a token signed with "test-key"
+    with RLAIFEnvClient(base_url=url).sync() as ours:  # a token signed with TEST_KEY
         ours.reset(seed=2)
         token = ours.snapshot()
         want = ours.step(BUY)
-    stock = openenv_create_app(lambda: RLAIFOpenEnv(CONFIG, codec=SnapshotCodec("test-key")), RLAIFAction,
+    stock = openenv_create_app(lambda: RLAIFOpenEnv(CONFIG, codec=SnapshotCodec(TEST_KEY)), RLAIFAction,
                                RLAIFObservation, max_concurrent_envs=2)
     with background_server(stock) as stock_url, GenericEnvClient(base_url=stock_url).sync() as env:
         assert env.reset(seed=2).observation["prompt"] == RLAIFTextEnv(CONFIG).reset(seed=2)[0]
@@ -300,22 +304,61 @@ def test_the_environment_also_runs_in_openenvs_own_server(url):
 
 
 def test_snapshot_codec_checks_key_version_and_shape():
-    env = RLAIFOpenEnv(CONFIG, codec=SnapshotCodec("key-a"))
+    env = RLAIFOpenEnv(CONFIG, codec=SnapshotCodec(KEY_A))
     env.reset(seed=0)
     token = env.snapshot()
     with pytest.raises(SnapshotTokenError, match="not signed by this server"):
-        SnapshotCodec("key-b").decode(token)
+        SnapshotCodec(KEY_B).decode(token)
     prefix, version, body, mac = token.split(":")
     with pytest.raises(SnapshotTokenError, match="not signed"):
-        SnapshotCodec("key-a").decode(":".join([prefix, version, body[:-2] + "AA", mac]))
+        SnapshotCodec(KEY_A).decode(":".join([prefix, version, body[:-2] + "AA", mac]))
     with pytest.raises(SnapshotTokenError, match=r"made by rlaif-gym 0\.0\.0"):
-        codec = SnapshotCodec("key-a")
+        codec = SnapshotCodec(KEY_A)
         signed = f"{prefix}:0.0.0:{body}"
         codec.decode(f"{signed}:{codec._mac(signed)}")
     with pytest.raises(SnapshotTokenError, match="string"):
-        SnapshotCodec("key-a").decode(12)
-    with pytest.raises(ConfigError, match="empty"):
-        SnapshotCodec("")
+        SnapshotCodec(KEY_A).decode(12)
+    for short in ("", " ", "k" * 31):  # issue 25 row 9: any non-empty key was accepted
+        with pytest.raises(ConfigError, match="needs at least 32"):
+            SnapshotCodec(short)
+
+
+class _Marker:
+    """Unpickling this creates a directory: the proof that the server ran code from a token."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.makedirs, (self.path,))
+
+
+def test_a_signed_token_holding_a_pickle_runs_nothing(tmp_path):
+    """Issue 25 row 9: a token signed with the key ran its pickle before the type check refused it."""
+    marker = tmp_path / "pwned"
+    codec = SnapshotCodec(KEY_A)
+    env = RLAIFOpenEnv(CONFIG, codec=codec)
+    env.reset(seed=0)
+    prefix, version, _, _ = env.snapshot().split(":")
+    for payload in (pickle.dumps({"env": _Marker(str(marker))}), zlib.compress(pickle.dumps(_Marker(str(marker))))):
+        signed = f"{prefix}:{version}:{base64.urlsafe_b64encode(payload).decode()}"
+        with pytest.raises(SnapshotTokenError, match="signed but unreadable"):
+            env.restore(f"{signed}:{codec._mac(signed)}")
+    assert not marker.exists(), "a signed token ran code"
+
+
+def test_a_non_ascii_token_is_a_typed_422_not_an_internal_error(url):
+    """Issue 25 row 6: a token with a non-ASCII character gave HTTP 500 and a server traceback per request."""
+    for token in ("rlaif-snapshot-v2:0.1:é:abc", "é" * 40, "rlaif-snapshot-v2:\u2028:x:y"):
+        response = httpx.post(f"{url}/restore", json={"snapshot": token})
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"]
+        assert detail["error_type"] == "SnapshotTokenError" and "non-ASCII" in detail["message"], detail
+    with RLAIFEnvClient(base_url=url).sync() as env:
+        with pytest.raises(RemoteEnvError, match="non-ASCII") as err:
+            env.reset(snapshot="rlaif-snapshot-v2:ü:x:y")
+        assert err.value.error_type == "SnapshotTokenError"
+        assert env.reset(seed=0).observation.tick == 0  # the session goes on
 
 
 def test_the_serve_command_runs_a_server(tmp_path):

@@ -29,6 +29,7 @@ import copy
 import json
 import math
 import os
+import pickle
 
 import pytest
 
@@ -36,10 +37,12 @@ pytest.importorskip("trl", reason='the trl extra is not installed: pip install "
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+import datasets
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from rlaif_gym import RLAIFEnvConfig
+from rlaif_gym.envs.snapshot import SnapshotFormatError
 from rlaif_gym.envs.text_env import RLAIFTextEnv
 from rlaif_gym.errors import ConfigError, ResetNeeded
 from rlaif_gym.integrations.local_llm import MODEL_REQUIREMENT, missing_local_llm, model_path
@@ -136,6 +139,34 @@ def test_fork_snapshot_row_reproduces_the_prompt_bit_for_bit(contract):
     assert branch.get_reward() == sum(rewards)
     # Every reset from the row starts from the same state, however the previous branch went.
     assert branch.reset(**rows[0]) == fork_prompt
+
+
+class _Marker:
+    """Unpickling this creates a directory: the proof that reading a row ran code from the dataset."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.makedirs, (self.path,))
+
+
+def test_a_shared_dataset_row_cannot_run_code_on_whoever_trains_on_it(tmp_path):
+    """Issue 25 row 3: the snapshot column was pickle.loads-ed unsigned; a pushed fork-point dataset ran code."""
+    marker = tmp_path / "pwned"
+    trunk = RLAIFTextEnv(CONFIG)
+    trunk.reset(seed=3)
+    row = build_dataset(snapshots=[trunk.get_state()], ticks=2, contract="environment_factory")[0]
+    pushed = datasets.Dataset.from_list([{**row, "snapshot": pickle.dumps(_Marker(str(marker)))}])
+    pushed.to_parquet(tmp_path / "shared.parquet")  # shared through a hub, read back by someone else
+    evil = datasets.Dataset.from_parquet(str(tmp_path / "shared.parquet"))[0]
+    with pytest.raises(SnapshotFormatError, match="not a restorable snapshot"):
+        RLAIFTRLEnv().reset(**evil)
+    with pytest.raises(SnapshotFormatError):
+        EpisodeSpec.from_row(**evil)
+    assert not marker.exists(), "a dataset row ran code"
+    assert isinstance(row["snapshot"], bytes) and b"pickle" not in row["snapshot"]
+    assert RLAIFTRLEnv().reset(**row) == trunk.prompt  # the honest row still works
 
 
 # -- with a model ----------------------------------------------------------------------------------------------------

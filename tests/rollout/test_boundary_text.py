@@ -8,16 +8,21 @@ real `JsonlStore` on disk.
 
 from __future__ import annotations
 
+import base64
 import errno
 import json
+import warnings
 from typing import Any
 
 from fake_server import FakeOpenAIServer, Fault, episode_seeds
 from rollout_checks import check_run, read_store_strict
 
 from rlaif_gym.agents import OpenAIChatAgent
+from rlaif_gym.llm import OpenAIChatClient
+from rlaif_gym.llm_judge import JudgeConfig, judge_run
 from rlaif_gym.rollout import RolloutCollector
 from rlaif_gym.storage import JsonlStore
+from rlaif_gym.trajectory import StorageRepairWarning, Trajectory
 
 TICKS = 3
 SEED = 40
@@ -112,3 +117,65 @@ def test_a_trajectory_that_cannot_be_stored_fails_alone_and_resume_completes_the
                                    num_envs=2).collect(4, SEED, resume=True)
     assert resumed.skipped_existing == 3 and resumed.completed == 1, resumed.to_dict()
     check_run(read_store_strict(run), ids, TICKS)
+
+
+# -- issue 25 rows 1-2: every field of a 200 reply is boundary text, not only the reply and its reasoning
+
+KEY = "sk-echoed-Lq9Vz3Wn7Rt2Yp5Ks8Dm"
+
+
+class EchoingGateway(FakeOpenAIServer):
+    """A gateway that echoes the caller's key (plain and in base64) in the `model` and `finish_reason` fields
+    of every 200 reply, puts lone surrogates there too, and sends token ids and
+    counts of the wrong type."""
+
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        answer = super().completion(body)
+        b64 = base64.urlsafe_b64encode(KEY.encode()).decode()
+        answer["model"] = f"gateway/{KEY}/{LONE}/{b64}" + "m" * 5000
+        answer["choices"][0]["finish_reason"] = f"stop {KEY} {LONE}"
+        answer["choices"][0]["token_ids"] = ["not", "ints"]
+        answer["usage"]["completion_tokens"] = "many"
+        return answer
+
+
+def test_a_key_or_a_surrogate_in_model_or_finish_reason_is_masked_repaired_and_kept(tmp_path):
+    run = tmp_path / "run"
+    with EchoingGateway() as server:
+        agent = OpenAIChatAgent(model="fake", base_url=server.base_url, api_key=KEY, timeout=5.0, max_retries=0)
+        summary = RolloutCollector(agent, sink=JsonlStore(run), env_config={"num_ticks": TICKS},
+                                   num_envs=3).collect(3, SEED)
+        # the judge tape of the same run, from the same gateway (its answers are no verdicts: each call is taped
+        # as "malformed", with its record)
+        judged = tmp_path / "judged"
+        judge_run(run, client=OpenAIChatClient("judge", server.base_url, api_key=KEY, timeout=5.0, max_retries=0),
+                  out_dir=judged, config=JudgeConfig(failure_budget=1.0))
+    assert summary.completed == 3 and summary.failed == 0, summary.errors  # 3 of 3 episodes stored
+    trajs = read_store_strict(run)
+    assert len(trajs) == 3
+    for t in trajs:
+        for call in (c for s in t.steps for c in s.llm_calls):
+            assert KEY not in call.model and KEY not in (call.finish_reason or ""), "the echoed key was stored"
+            assert call.model.startswith("gateway/***/\ufffd/"), call.model[:80]
+            assert len(call.model) <= 256
+            assert call.finish_reason == "stop *** \ufffd"
+            assert call.completion_token_ids is None and call.completion_tokens is None
+            assert (call.model_extra or {}).get("textRepairs") == {"model": 1, "finish_reason": 1}
+    raw = b"".join(p.read_bytes() for p in [*run.rglob("*"), *judged.rglob("*")] if p.is_file())
+    for form in (KEY, KEY[8:], base64.urlsafe_b64encode(KEY.encode()).decode()):
+        assert form.encode() not in raw, "a form of the key reached a file of the run or the judge tape"
+
+
+def test_a_record_with_a_lone_surrogate_still_stores_as_valid_utf8_and_says_so(tmp_path):
+    traj = Trajectory(trajectory_id="t-1", agent_id=f"agent {LONE}", errors=[f"boom {LONE}{LONE}"])
+    store = JsonlStore(tmp_path / "run")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store.append(traj)
+    assert any(issubclass(w.category, StorageRepairWarning) for w in caught), [str(w.message) for w in caught]
+    (line,) = (tmp_path / "run").glob("trajectories-*.jsonl")
+    data = json.loads(line.read_bytes().decode("utf-8"))  # strict UTF-8
+    assert data["agentId"] == "agent \ufffd" and data["errors"] == ["boom \ufffd\ufffd"]
+    assert data["storageRepairs"] == 3
+    (back,) = list(JsonlStore(tmp_path / "run").read())
+    assert back.trajectory_id == "t-1"

@@ -16,7 +16,14 @@ import pytest
 
 from rlaif_gym.agents import ScriptedLLMAgent
 from rlaif_gym.rollout import RolloutCollector
-from rlaif_gym.trajectory import EnvironmentState, LLMCall, Observation, Trajectory, TrajectoryStep
+from rlaif_gym.trajectory import (
+    EnvironmentState,
+    LLMCall,
+    Observation,
+    StorageRepairWarning,
+    Trajectory,
+    TrajectoryStep,
+)
 
 
 def plain(record) -> str:
@@ -44,12 +51,21 @@ def test_floats_of_every_magnitude_are_written_as_python_writes_them():
 
 
 @pytest.mark.parametrize("text", [
-    "plain", "", "".join(map(chr, range(0x80))), "é ¢ 😀 \u2028 \u2029 \x7f", "a\ud800b",  # a lone surrogate
+    "plain", "", "".join(map(chr, range(0x80))), "é ¢ 😀 \u2028 \u2029 \x7f",
     "looks like floats: 0.00001 :1e-5 [2e-7", "quote \" backslash \\ slash /",
 ])
 def test_strings_are_escaped_as_python_escapes_them(text):
     record = LLMCall(model="m", user_prompt=text, response=text, completion_logprobs=[-0.5, -1e-6])
     assert record.to_json() == plain(record)
+
+
+def test_a_lone_surrogate_is_written_as_u_fffd_and_counted_never_as_text_utf8_cannot_store():
+    record = LLMCall(model="m", user_prompt="a\ud800b", response="c\udfffd")
+    with pytest.warns(StorageRepairWarning, match="2 code point"):
+        line = record.to_json()
+    line.encode("utf-8")  # a store can write it
+    want = {**record.to_dict(), "userPrompt": "a\ufffdb", "response": "c\ufffdd", "storageRepairs": 2}
+    assert json.loads(line) == want
 
 
 def test_the_trajectories_of_a_collection_are_written_byte_for_byte_as_before_and_read_back():

@@ -1,0 +1,330 @@
+"""Episode snapshots as data: a versioned byte encoding of `EnvSnapshot` that no reader turns into code.
+
+A snapshot leaves the process in an OpenEnv token, a TRL dataset row, a file a user shares. Reading
+one must never run anything it carries, so the encoding holds only plain data, read with `json` and
+`numpy.frombuffer` (never `pickle`):
+
+    zlib( MAGIC | u32 header length | header (UTF-8 JSON) | the arrays' bytes, back to back )
+
+The header names the format and its version, the package version that wrote it, the env class
+(``RLAIFEnv`` or ``RLAIFTextEnv``), the config, the generator's state, the env's bookkeeping fields
+and, for each array, its name, dtype and shape. Every array is one `WorldState` field (B = 1), plus
+the render history and, for the text face, the current numeric observation. The text face's view is
+not stored: it is a function of the world (`build_view`), rebuilt on decode.
+
+Decoding checks everything before anything uses it: sizes (`MAX_SNAPSHOT_BYTES`, the decompressed size
+too), the header's JSON depth, the config (`RLAIFEnvConfig`'s own validation), every array's dtype
+and shape against what `reset` makes for that config, and the world's invariants
+(`sim.validate.check_state`: finite floats, indices in range). Any failure raises `SnapshotFormatError`
+saying what was expected and what arrived.
+
+This module is layer L4 (envs).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+
+from .. import sim
+from .._version import __version__
+from ..config import RLAIFEnvConfig
+from ..encoding import feature_layout
+from ..encoding.view import build_view
+from ..errors import ConfigError, RLAIFError
+from ..rewards.archetypes import normalize_archetype
+from ..sim.validate import check_state
+from .behavior import BatchBehavior, BehaviorTracker
+from .core import world_params
+
+__all__ = ["MAX_SNAPSHOT_BYTES", "SNAPSHOT_FORMAT", "SNAPSHOT_FORMAT_VERSION", "SnapshotFormatError",
+           "decode_snapshot", "encode_snapshot"]
+
+SNAPSHOT_FORMAT = "rlaif-env-snapshot"
+SNAPSHOT_FORMAT_VERSION = 1
+"""Bumped on any change an older reader could misread (a reader refuses other versions)."""
+MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+"""The largest snapshot a reader accepts, compressed or decompressed (a default world is ~25 kB)."""
+
+_MAGIC = b"RLAIFSNAP\n"
+_HEADER_LEN = struct.Struct("<I")
+_MAX_JSON_DEPTH = 32
+_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+"""The bit generators numpy ships; a snapshot names one of them and its state (plain integers)."""
+_TRACKER_FIELDS = {f.name: f for f in fields(BehaviorTracker)}
+
+
+class SnapshotFormatError(RLAIFError, ValueError):
+    """Bytes that are not a snapshot this reader can restore; the message says what was wrong."""
+
+
+# -- encoding ------------------------------------------------------------------------------------------
+
+
+def _tracker_dict(tracker: BehaviorTracker) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in _TRACKER_FIELDS:
+        value = getattr(tracker, name)
+        out[name] = sorted(value) if isinstance(value, set) else value
+    return out
+
+
+def encode_snapshot(snapshot: Any, meta: dict[str, Any] | None = None) -> bytes:
+    """`snapshot` (an `EnvSnapshot`) as bytes; `meta` is extra plain JSON kept beside it (e.g. a session's
+    episode id and return), returned by `decode_snapshot`."""
+    f = snapshot.fields
+    arrays: list[tuple[str, np.ndarray]] = [(f"world.{fl.name}", getattr(snapshot.world, fl.name))
+                                             for fl in fields(sim.WorldState)]
+    num_markets = snapshot.world.pm_yes.shape[1]
+    prices = np.array(f["_prices"], dtype=np.float64).reshape(len(f["_prices"]), num_markets)
+    arrays.append(("prices", prices))
+    behavior = f["_behavior"]
+    header_fields: dict[str, Any] = {
+        "feedback": f["_feedback"], "done": bool(f["_done"]), "equity_history": [float(v) for v in f["_equity"]],
+        "behavior": None if behavior is None else [_tracker_dict(t) for t in behavior.trackers],
+    }
+    if "_prompt" in f:
+        header_fields["prompt"] = f["_prompt"]
+        arrays.append(("numeric", np.asarray(f["_numeric"], dtype=np.float32)))
+    header = {
+        "format": SNAPSHOT_FORMAT, "version": SNAPSHOT_FORMAT_VERSION, "package": __version__,
+        "env": snapshot.env_class.__name__, "config": snapshot.config.model_dump(mode="json"),
+        "np_random": snapshot.np_random.bit_generator.state, "np_random_seed": snapshot.np_random_seed,
+        "fields": header_fields, "meta": dict(meta or {}),
+        "arrays": [[name, arr.dtype.str, list(arr.shape)] for name, arr in arrays],
+    }
+    head = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    body = b"".join(np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes() for _, arr in arrays)
+    return zlib.compress(_MAGIC + _HEADER_LEN.pack(len(head)) + head + body, 6)
+
+
+# -- decoding ------------------------------------------------------------------------------------------
+
+
+def _fail(what: str) -> SnapshotFormatError:
+    return SnapshotFormatError(f"not a restorable snapshot: {what}. Pass the bytes encode_snapshot() "
+                               "(or EnvSnapshot.to_bytes()) wrote, unchanged")
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of decoded JSON, stopping at `limit` + 1."""
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        item, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            break
+        if isinstance(item, dict):
+            stack.extend((v, d + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, d + 1) for v in item)
+    return deepest
+
+
+def _inflate(data: object) -> bytes:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise _fail(f"expected bytes, got {type(data).__name__}")
+    if len(data) > MAX_SNAPSHOT_BYTES:
+        raise _fail(f"{len(data)} bytes is over the {MAX_SNAPSHOT_BYTES}-byte limit")
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(bytes(data), MAX_SNAPSHOT_BYTES)
+    except zlib.error as exc:
+        raise _fail(f"the bytes are not zlib data ({exc})") from None
+    if inflater.unconsumed_tail:
+        raise _fail(f"it decompresses to more than {MAX_SNAPSHOT_BYTES} bytes")
+    if not inflater.eof:
+        raise _fail("the zlib data is truncated")
+    return raw
+
+
+def _header(raw: bytes) -> tuple[dict[str, Any], memoryview]:
+    if not raw.startswith(_MAGIC) or len(raw) < len(_MAGIC) + _HEADER_LEN.size:
+        raise _fail("the data does not start with the snapshot marker")
+    start = len(_MAGIC) + _HEADER_LEN.size
+    (length,) = _HEADER_LEN.unpack_from(raw, len(_MAGIC))
+    if start + length > len(raw):
+        raise _fail(f"the header claims {length} bytes, only {len(raw) - start} follow")
+    try:
+        header = json.loads(raw[start : start + length].decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise _fail(f"the header is not JSON ({type(exc).__name__})") from None
+    if not isinstance(header, dict) or _depth(header, _MAX_JSON_DEPTH) > _MAX_JSON_DEPTH:
+        raise _fail("the header is not a JSON object of the snapshot layout")
+    if header.get("format") != SNAPSHOT_FORMAT:
+        raise _fail(f"the format is {header.get('format')!r}, expected {SNAPSHOT_FORMAT!r}")
+    if header.get("version") != SNAPSHOT_FORMAT_VERSION:
+        raise _fail(f"format version {header.get('version')!r}; this reader (rlaif-gym {__version__}) reads "
+                    f"version {SNAPSHOT_FORMAT_VERSION}; restore it with the version that wrote it "
+                    f"({header.get('package')!r})")
+    return header, memoryview(raw)[start + length :]
+
+
+def _generator(state: object) -> np.random.Generator:
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    if name not in _GENERATORS:
+        raise _fail(f"the generator must be one of numpy's {list(_GENERATORS)}, got {name!r}")
+    bit_generator = getattr(np.random, name)()
+    try:
+        bit_generator.state = state
+    except (TypeError, ValueError, KeyError, OverflowError) as exc:
+        raise _fail(f"the {name} generator state is invalid ({exc})") from None
+    return np.random.Generator(bit_generator)
+
+
+def _arrays(specs: object, body: memoryview) -> dict[str, np.ndarray]:
+    if not isinstance(specs, list):
+        raise _fail("the header lists no arrays")
+    out: dict[str, np.ndarray] = {}
+    offset = 0
+    for spec in specs:
+        if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[0], str) and isinstance(spec[1], str)
+                and isinstance(spec[2], list) and all(type(n) is int and 0 <= n <= MAX_SNAPSHOT_BYTES
+                                                      for n in spec[2])):
+            raise _fail(f"an array entry must be [name, dtype, shape], got {str(spec)[:80]}")
+        name, dtype_str, shape = spec
+        if dtype_str not in ("<f8", "<f4", "<i8", "<u8", "|b1"):
+            raise _fail(f"array {name!r} has dtype {dtype_str!r}; snapshots hold only <f8, <f4, <i8, <u8 and |b1")
+        dtype = np.dtype(dtype_str)
+        size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        if size > len(body) - offset:
+            raise _fail(f"array {name!r} needs {size} bytes, {len(body) - offset} are left")
+        out[name] = np.frombuffer(body, dtype=dtype, count=size // dtype.itemsize, offset=offset) \
+            .reshape(shape).astype(dtype.newbyteorder("="))
+        offset += size
+    if offset != len(body):
+        raise _fail(f"{len(body) - offset} bytes follow the last array")
+    return out
+
+
+def _floats(value: object, name: str, limit: int) -> list[float]:
+    if not (isinstance(value, list) and len(value) <= limit
+            and all(type(v) in (int, float) and np.isfinite(v) for v in value)):
+        raise _fail(f"{name} must be a list of at most {limit} finite numbers")
+    return [float(v) for v in value]
+
+
+def _tracker(data: object, archetype: str, num_ticks: int) -> BehaviorTracker:
+    if not isinstance(data, dict) or set(data) != set(_TRACKER_FIELDS):
+        raise _fail(f"a behaviour tracker must have exactly the fields {sorted(_TRACKER_FIELDS)}")
+    if data["archetype"] != archetype:
+        raise _fail(f"the behaviour tracker is for archetype {data['archetype']!r}, the config says {archetype!r}")
+    values: dict[str, Any] = {"archetype": archetype}
+    limit = 4 * (num_ticks + 1)
+    for name in _TRACKER_FIELDS:
+        value = data[name]
+        if name == "archetype":
+            continue
+        kind = _TRACKER_FIELDS[name].type
+        if kind == "int":
+            if type(value) is not int or not 0 <= value <= 10**12:
+                raise _fail(f"behaviour field {name!r} must be a non-negative integer")
+        elif kind == "float":
+            (value,) = _floats([value], f"behaviour field {name!r}", 1)
+        elif name in ("samples", "sizes"):
+            value = _floats(value, f"behaviour field {name!r}", limit)
+        elif name == "markets":
+            if not (isinstance(value, list) and len(value) <= limit and all(isinstance(v, str) and len(v) <= 64
+                                                                            for v in value)):
+                raise _fail("behaviour field 'markets' must be a list of market ids")
+            value = set(value)
+        elif name == "recipients":
+            if not (isinstance(value, list) and len(value) <= limit and all(type(v) is int for v in value)):
+                raise _fail("behaviour field 'recipients' must be a list of integers")
+            value = set(value)
+        values[name] = value
+    return BehaviorTracker(**values)
+
+
+def _feedback(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if (isinstance(value, dict) and set(value) == {"success", "error"} and isinstance(value["success"], bool)
+            and (value["error"] is None or isinstance(value["error"], str))):
+        return dict(value)
+    raise _fail('feedback must be null or {"success": bool, "error": str | null}')
+
+
+def decode_snapshot(data: object, *, env_class: type | None = None) -> tuple[Any, dict[str, Any]]:
+    """The `EnvSnapshot` that `encode_snapshot` wrote, and its `meta`.
+
+    Args:
+        data: the bytes.
+        env_class: the class the snapshot must be of (None: either face).
+
+    Raises:
+        SnapshotFormatError: the bytes are not a snapshot this reader restores (the message says why).
+    """
+    from .rlaif_env import EnvSnapshot, RLAIFEnv
+    from .text_env import RLAIFTextEnv
+
+    header, body = _header(_inflate(data))
+    classes = {"RLAIFEnv": RLAIFEnv, "RLAIFTextEnv": RLAIFTextEnv}
+    cls = classes.get(header.get("env"))  # type: ignore[arg-type]
+    if cls is None:
+        raise _fail(f"the env class must be one of {sorted(classes)}, got {str(header.get('env'))[:40]!r}")
+    if env_class is not None and cls is not env_class:
+        raise _fail(f"it holds a {cls.__name__} snapshot, expected a {env_class.__name__} one")
+    try:
+        config = RLAIFEnvConfig.from_any(header.get("config"))
+        archetype = None if config.archetype is None else normalize_archetype(config.archetype, strict=True)
+    except (ConfigError, ValueError, TypeError) as exc:
+        raise _fail(f"its config is invalid: {str(exc)[:400]}") from None
+    params = world_params(config)
+    arrays = _arrays(header.get("arrays"), body)
+    names = [f"world.{f.name}" for f in fields(sim.WorldState)]
+    expected = [*names, "prices", *(["numeric"] if cls is RLAIFTextEnv else [])]
+    if list(arrays) != expected:
+        raise _fail(f"the arrays must be {len(expected)} named {expected[:2]}...{expected[-2:]}, got "
+                    f"{len(arrays)} ({str(list(arrays))[:120]})")
+    world = sim.WorldState(**{f.name: arrays[f"world.{f.name}"] for f in fields(sim.WorldState)})
+    try:
+        check_state(world, params)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    seed = header.get("np_random_seed")
+    if seed is not None and (type(seed) is not int or seed < 0):
+        raise _fail(f"np_random_seed must be null or an integer >= 0, got {seed!r}")
+    f = header.get("fields")
+    if not isinstance(f, dict):
+        raise _fail("the header has no fields object")
+    limit = params.num_ticks + 1
+    prices = arrays["prices"]
+    if prices.ndim != 2 or prices.shape[0] > limit or prices.shape[1] != params.num_markets \
+            or not np.isfinite(prices).all():
+        raise _fail(f"the price history must be finite, of shape (n <= {limit}, {params.num_markets})")
+    done = f.get("done")
+    if not isinstance(done, bool):
+        raise _fail("fields.done must be true or false")
+    behavior = f.get("behavior")
+    if (behavior is None) != (archetype is None):
+        raise _fail(f"the behaviour trackers do not match the config's archetype ({archetype!r})")
+    batch = None
+    if behavior is not None:
+        if not isinstance(behavior, list) or len(behavior) != 1:
+            raise _fail("fields.behavior must list one tracker")
+        batch = BatchBehavior(archetype, 1)
+        batch.trackers = [_tracker(behavior[0], archetype, params.num_ticks)]
+    env_fields: dict[str, Any] = {
+        "_feedback": _feedback(f.get("feedback")), "_done": done, "_prices": list(prices),
+        "_equity": _floats(f.get("equity_history"), "fields.equity_history", limit), "_behavior": batch,
+    }
+    if cls is RLAIFTextEnv:
+        prompt, numeric = f.get("prompt"), arrays["numeric"]
+        if not isinstance(prompt, str):
+            raise _fail("fields.prompt must be a string")
+        dim = len(feature_layout(params).names)
+        if numeric.shape != (dim,) or numeric.dtype != np.float32 or not np.isfinite(numeric).all():
+            raise _fail(f"the numeric observation must be {dim} finite float32 values")
+        env_fields.update(_view=build_view(world, params, 0), _prompt=prompt, _numeric=numeric)
+    meta = header.get("meta")
+    if not isinstance(meta, dict):
+        raise _fail("meta must be a JSON object")
+    snapshot = EnvSnapshot(env_class=cls, config=config, world=world, np_random=_generator(header.get("np_random")),
+                           np_random_seed=seed, fields=env_fields)
+    return snapshot, meta
