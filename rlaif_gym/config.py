@@ -8,6 +8,7 @@ sim's `WorldParams` (a test pins that), which the env builds from this config.
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -17,12 +18,15 @@ from .errors import ConfigError
 
 __all__ = ["REWARD_COMPONENTS", "RLAIFEnvConfig"]
 
-REWARD_COMPONENTS = ("pnl", "format", "reasoning", "behavior", "risk")
+REWARD_COMPONENTS = ("pnl", "format", "reasoning", "behavior", "risk", "truth_mark")
 
 _MAX_USD = 1e12
 """Largest amount of money a config may set (USD): far above any use, far below float overflow."""
 _MAX_SCALE = 1e6
-"""Largest reward scale or price a config may set (pnl_scale, form_scale, risk_*)."""
+"""Largest reward scale or price a config may set (pnl_scale, form_scale, risk_*), and largest reward weight."""
+_MAX_TICKS = 1_000_000
+"""Largest number of ticks a config may set (num_ticks, market durations, funding interval): about 114
+simulated years, far above any use, far below int64 overflow in the sim's tick arithmetic."""
 
 
 class RLAIFEnvConfig(BaseModel):
@@ -31,7 +35,7 @@ class RLAIFEnvConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     # --- world
-    num_ticks: int = Field(168, ge=1, description="Episode length in ticks; the env truncates here.")
+    num_ticks: int = Field(168, ge=1, le=_MAX_TICKS, description="Episode length in ticks; the env truncates here.")
     starting_cash: float = Field(10_000.0, gt=0, le=_MAX_USD, description="Agent cash at reset, USD.")
     num_markets: int = Field(4, ge=1, le=16, description="Prediction markets open at once.")
     num_perps: int = Field(3, ge=1, le=5, description="Perpetual-futures tickers.")
@@ -41,10 +45,10 @@ class RLAIFEnvConfig(BaseModel):
     fee_rate: float = Field(0.001, ge=0, lt=0.1, description="Fee on trades and perp notional (fraction).")
     min_fee: float = Field(0.01, ge=0, le=_MAX_USD, description="Minimum fee per agent trade, USD.")
     min_order: float = Field(1.0, gt=0, le=_MAX_USD, description="Smallest agent order, USD or shares.")
-    market_duration_min: int = Field(24, ge=1, description="Shortest market life, ticks.")
-    market_duration_max: int = Field(72, ge=1, description="Longest market life, ticks.")
+    market_duration_min: int = Field(24, ge=1, le=_MAX_TICKS, description="Shortest market life, ticks.")
+    market_duration_max: int = Field(72, ge=1, le=_MAX_TICKS, description="Longest market life, ticks.")
     max_leverage: float = Field(10.0, ge=1, le=100, description="Perp leverage cap.")
-    funding_interval: int = Field(8, ge=1, description="Ticks between perp funding payments.")
+    funding_interval: int = Field(8, ge=1, le=_MAX_TICKS, description="Ticks between perp funding payments.")
     perp_volatility: float = Field(0.006, ge=0, lt=0.2, description="Per-tick std of the perps' log price change.")
     news_rate: float = Field(0.4, ge=0, le=1, description="Probability of a market news item per tick.")
     post_rate: float = Field(0.7, ge=0, le=1, description="Probability of an NPC post per tick.")
@@ -85,6 +89,16 @@ class RLAIFEnvConfig(BaseModel):
         "default). 0 reports a component without adding it.",
     )
 
+    reward_mark: Literal["market", "truth"] = Field(
+        "market",
+        description="market (default): the return is the PnL of equity valued at what the holdings would fetch if "
+        "sold now. truth (a training option, skill scheme only): adds the potential-based truth_mark component, which "
+        "values held shares at the hidden true probability p* inside the reward only, so a good bet is credited at "
+        "its own tick with its expected value; its episode sum is the default return plus the p*-value of the "
+        "positions still open at the end. It uses privileged information in the reward, never in a prompt, an "
+        "observation or a feedback line (docs/reward.md).",
+    )
+
     archetype: str | None = Field(
         None,
         description="Agent archetype (e.g. trader, degen, researcher): selects the original's reward-weight row "
@@ -100,7 +114,7 @@ class RLAIFEnvConfig(BaseModel):
     )
 
     # --- numeric face
-    numeric_perp_leverage: float = Field(2.0, ge=1, description="Leverage of numeric open_perp actions.")
+    numeric_perp_leverage: float = Field(2.0, ge=1, le=100, description="Leverage of numeric open_perp actions.")
 
     def __init__(self, **data: Any) -> None:
         _reject_unknown_keys(data)
@@ -133,8 +147,8 @@ class RLAIFEnvConfig(BaseModel):
                 hint = difflib.get_close_matches(name, REWARD_COMPONENTS, n=1)
                 extra = f" Did you mean {hint[0]!r}?" if hint else ""
                 raise ValueError(f"unknown reward component {name!r}; known: {', '.join(REWARD_COMPONENTS)}.{extra}")
-            if not (value >= 0 and value != float("inf")):
-                raise ValueError(f"weight of {name!r} must be finite and >= 0, got {value!r}")
+            if not 0 <= value <= _MAX_SCALE:  # NaN fails too; a bound keeps every weighted reward finite
+                raise ValueError(f"weight of {name!r} must be finite and >= 0, at most {_MAX_SCALE:g}, got {value!r}")
         return weights
 
     @model_validator(mode="after")
@@ -144,6 +158,9 @@ class RLAIFEnvConfig(BaseModel):
                 f"market_duration_min ({self.market_duration_min}) must be <= market_duration_max "
                 f"({self.market_duration_max})"
             )
+        if self.reward_mark == "truth" and self.reward_scheme != "skill":
+            raise ValueError("reward_mark='truth' is a potential-based term of the skill scheme; use "
+                             "reward_scheme='skill' (the default) with it, or reward_mark='market'")
         if self.min_order <= self.min_fee:
             raise ValueError(f"min_order ({self.min_order}) must be greater than min_fee ({self.min_fee})")
         if self.numeric_perp_leverage > self.max_leverage:
@@ -162,10 +179,17 @@ def _reject_unknown_keys(data: Mapping[str, Any]) -> None:
             raise ConfigError(f"unknown config key {key!r}.{extra} Valid keys: {', '.join(known)}")
 
 
+_SHOWN = reprlib.Repr()
+"""How a bad value is quoted in an error: whole when short, cut when long or deeply nested (it may come from a
+network client)."""
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict = 3, 8, 8
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = 120
+
+
 def _friendly(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "config"
         got = err.get("input")
-        lines.append(f"{where}: {err['msg']} (got {got!r})")
+        lines.append(f"{where}: {err['msg']} (got {_SHOWN.repr(got)})")
     return "invalid RLAIFEnvConfig: " + "; ".join(lines)

@@ -23,12 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from .agents import InformedAgent, OracleAgent, PassiveAgent, RandomAgent
+from .agents import BaselineAgent, InformedAgent, OracleAgent, PassiveAgent, RandomAgent
 from .config import RLAIFEnvConfig
+from .encoding.observation import ACCOUNT_FEATURES
 from .encoding.view import TickView
-from .envs import RLAIFCore, evaluate_policy
+from .envs import RLAIFCore, evaluate_policy, seed_keys
 from .envs.text_env import RLAIFTextEnv
 from .llm.scripted import ScriptedLLM
+from .sim import yes_price
 
 __all__ = [
     "ARCHETYPE_POLICIES",
@@ -41,9 +43,12 @@ __all__ = [
     "RANDOM",
     "SOCIAL",
     "TEXT_POLICIES",
+    "BetSignal",
     "GroupAgreement",
+    "LateBlindBuyer",
     "PolicyScore",
     "TextPolicy",
+    "bet_signal",
     "chain",
     "grpo_agreement",
     "markdown_table",
@@ -54,6 +59,8 @@ __all__ = [
     "spearman",
     "text_ranking",
 ]
+
+_TIME_LEFT = [name for name, *_ in ACCOUNT_FEATURES].index("time_left")
 
 NUMERIC_POLICIES: dict[str, type] = {
     "OracleAgent": OracleAgent,
@@ -188,6 +195,86 @@ def numeric_ranking(seeds: Sequence[int], config: RLAIFEnvConfig | Mapping[str, 
         stats = evaluate_policy(cls(core, seed=0), seeds, cfg, core=core)
         out[name] = PolicyScore(name, np.asarray(seeds), stats.episode_return, stats.final_pnl)
     return out
+
+
+class LateBlindBuyer(BaselineAgent):
+    """A reward-hack probe, not a policy: it waits, then in each of its episode's last `k` ticks (k drawn from
+    1-4 per world) buys the largest size (25 % of equity) of a random side of a random market, reading nothing.
+
+    Its expected PnL is at most 0 when equity is what the holdings would fetch if sold now (every buy pays
+    the fee and slippage twice over). Marked at the price its own buying made, it showed a profit in
+    88-98 % of held-out episodes (issue 28).
+    """
+
+    def _act(self, obs, state):
+        b = len(obs)
+        account = self._split(obs)[3]
+        if not hasattr(self, "_last") or len(self._last) != b:
+            self._last = self.rng.integers(1, 5, size=b)
+        ticks_left = np.rint(account[:, _TIME_LEFT] * self.params.num_ticks)
+        act = np.zeros((b, 4), dtype=np.int64)
+        buy = ticks_left <= self._last
+        act[buy, 0] = 1
+        act[buy, 1] = self.rng.integers(0, self._m, size=int(buy.sum()))
+        act[buy, 2] = 4
+        act[buy, 3] = self.rng.integers(0, 2, size=int(buy.sum()))
+        return act
+
+
+@dataclass
+class BetSignal:
+    """Does the reward tell a right bet from a wrong one at horizon H? Paired over fork states.
+
+    Attributes:
+        horizon: ticks from the bet to the end of the comparison (the bet's tick included).
+        states: fork states compared.
+        right_beats_wait: share of states where the bet on the side the hidden truth favours earns more
+            return than waiting, over the horizon.
+        wrong_beats_wait: the same for the bet on the other side (it should be small).
+        right_gain, wrong_gain: mean return of each bet minus that of a wait on the same state.
+    """
+
+    horizon: int
+    states: int
+    right_beats_wait: float
+    wrong_beats_wait: float
+    right_gain: float
+    wrong_gain: float
+
+
+def bet_signal(seeds: Sequence[int], config: RLAIFEnvConfig | Mapping[str, Any] | None = None, *, horizon: int = 1,
+               fork_ticks: Sequence[int] = (8, 24, 48, 96), bucket: int = 2) -> BetSignal:
+    """From each seed's episode, played by `InformedAgent` to each of `fork_ticks`, branch three ways: wait, bet
+    `BUY_FRACTIONS[bucket]` of equity (5 % by default) on the side the hidden truth p* favours in the market
+    where |p* - price| is largest, or the same bet on the other side; then wait out the horizon.
+    A learnable reward makes the right bet beat waiting and the wrong one lose to it."""
+    cfg = RLAIFEnvConfig.from_any(config)
+    seeds = list(seeds)
+    b = len(seeds)
+    core = RLAIFCore(cfg, num_worlds=b)
+    obs = core.reset(seed_keys(seeds))
+    trunk = InformedAgent(core, seed=0)
+    right, wrong = [], []
+    for t in range(max(fork_ticks) + 1):
+        if t in fork_ticks:
+            state = core.state
+            gap = state.pm_truth - yes_price(state.pm_yes, state.pm_no)
+            m = np.argmax(np.abs(gap), axis=1)
+            side = (gap[np.arange(b), m] < 0).astype(np.int64)  # 0 YES, 1 NO
+            branch = RLAIFCore(cfg, num_worlds=3 * b)
+            branch.state = state.take(np.repeat(np.arange(b), 3))
+            acts = np.zeros((3 * b, 4), dtype=np.int64)
+            acts[1::3] = np.stack([np.ones(b, np.int64), m, np.full(b, bucket), side], axis=1)
+            acts[2::3] = np.stack([np.ones(b, np.int64), m, np.full(b, bucket), 1 - side], axis=1)
+            ret = np.zeros(3 * b)
+            for h in range(horizon):
+                res = branch.step(acts if h == 0 else np.zeros_like(acts))
+                ret += res.reward
+            right.append(ret[1::3] - ret[0::3])
+            wrong.append(ret[2::3] - ret[0::3])
+        obs = core.step(trunk.act(obs, core.state)).observation
+    r, w = np.concatenate(right), np.concatenate(wrong)
+    return BetSignal(horizon, len(r), float((r > 0).mean()), float((w > 0).mean()), float(r.mean()), float(w.mean()))
 
 
 # -- text face --------------------------------------------------------------------------------------

@@ -38,3 +38,11 @@ def test_readme_commands_exist():
     for path in ("examples/baselines.py", "examples/reward_ranking.py", "examples/demo.py",
                  "benchmarks/bench_vector.py", "constraints.txt"):
         assert (ROOT / path).exists() and path in DOCS, f"{path} is missing or named nowhere in README.md / docs/"
+
+
+def test_the_readme_says_the_openenv_server_has_no_authentication():
+    """Issue 25 row 12: the README's OpenEnv paragraph did not say that the server has no authentication."""
+    start = README.index("**OpenEnv**")
+    paragraph = README[start:README.index("\n\n", start)]
+    assert "no authentication" in paragraph, paragraph
+    assert "127.0.0.1" in paragraph and "private network" in paragraph, paragraph

@@ -7,6 +7,7 @@ from .action import (
     action_nvec,
     decode_actions,
 )
+from .mask import action_masks, multidiscrete_mask, table_mask, valid_actions
 from .observation import FeatureLayout, encode_observations, feature_layout
 
 __all__ = [
@@ -14,8 +15,12 @@ __all__ = [
     "BUY_FRACTIONS",
     "SELL_FRACTIONS",
     "FeatureLayout",
+    "action_masks",
     "action_nvec",
     "decode_actions",
     "encode_observations",
     "feature_layout",
+    "multidiscrete_mask",
+    "table_mask",
+    "valid_actions",
 ]

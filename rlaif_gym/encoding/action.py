@@ -64,7 +64,7 @@ def decode_actions(
     amount = np.zeros(n)
     buy, sell, perp = kind == _BUY, kind == _SELL, kind == _PERP
     if buy.any() or perp.any():
-        margin = BUY_FRACTIONS[bucket] * equity(state)
+        margin = BUY_FRACTIONS[bucket] * equity(state, params)
         amount = np.where(buy, margin, np.where(perp, margin * perp_leverage, amount))
     if sell.any():
         m = np.minimum(target, params.num_markets - 1)

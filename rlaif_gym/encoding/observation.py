@@ -91,7 +91,7 @@ def encode_observations(state: WorldState, params: WorldParams, layout: FeatureL
     """Encode every world's public state, shape (B, n_features), float32, inside the bounds."""
     b, start = state.batch_size, params.starting_cash
     price = yes_price(state.pm_yes, state.pm_no)
-    eq = equity(state)
+    eq = equity(state, params)
     market = np.stack(
         [
             price,

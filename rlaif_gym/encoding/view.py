@@ -181,7 +181,7 @@ def build_view(state: WorldState, params: WorldParams, b: int) -> TickView:
         j = i % FEED_LENGTH
         if joined[t_group[j]]:
             tips.append(FeedItem(t_tick[j], "tip", f"market-{t_serial[j]}", t_signal[j], GROUP_NAMES[t_group[j]][0]))
-    eq = float(equity(state)[b])
+    eq = float(equity(state, params)[b])
     return TickView(
         tick=t, num_ticks=params.num_ticks, cash=float(s.cash[b]), equity=eq,
         realized_pnl=float(s.realized_pnl[b]), fees_paid=float(s.fees_paid[b]),

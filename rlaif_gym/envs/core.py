@@ -14,11 +14,11 @@ import numpy as np
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
-from ..errors import ConfigError, DependencyNotInstalled, ResetNeeded
+from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded
 from ..rewards.archetypes import normalize_archetype
 from ..rewards.composite import RewardFunction
 
-__all__ = ["CoreStep", "RLAIFCore", "check_reset_options", "world_params"]
+__all__ = ["CoreStep", "RLAIFCore", "check_numeric_action", "check_reset_options", "world_params"]
 
 
 def check_reset_options(options: object) -> None:
@@ -33,6 +33,34 @@ def check_reset_options(options: object) -> None:
     raise ConfigError(f"reset(options=...) takes no options, got {keys}: the world comes from the config at make "
                       "time (gym.make('RLAIF-v0', num_markets=6, ...)) and the episode from the seed; restore a "
                       "saved state with env.unwrapped.set_state(...)")
+
+
+def check_numeric_action(action: object, nvec: np.ndarray, who: str = "") -> np.ndarray:
+    """A numeric-face action as int64 `[kind, target, size, side]`, each in `[0, nvec[i])`.
+
+    The one check of the single env (`RLAIFEnv`, off its compiled fast path) and the multi-agent env.
+
+    Args:
+        action: what the policy sent (a list, a tuple, an array of any dtype).
+        nvec: the `MultiDiscrete` sizes.
+        who: a prefix for the message (e.g. the agent's name and ": ").
+
+    Raises:
+        InvalidActionError: not 4 integers (a float with a fraction, an integer beyond int64, a string,
+            another shape) or one out of range.
+    """
+    try:
+        arr = np.asarray(action)
+        ints = arr.astype(np.int64)
+        integral = arr.dtype.kind in "iub" or bool(np.all(ints == arr))
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond int64
+        raise InvalidActionError(f"{who}action must be 4 integers [kind, target, size, side], got {action!r}") from None
+    if ints.shape != nvec.shape or not integral or np.any(ints < 0) or np.any(ints >= nvec):
+        raise InvalidActionError(
+            f"{who}action must be 4 integers with 0 <= a[i] < {nvec.tolist()} ([kind, target, size, side]), "
+            f"got {action!r}; sample one with env.action_space.sample()"
+        )
+    return ints
 
 
 def world_params(config: RLAIFEnvConfig) -> sim.WorldParams:
@@ -166,10 +194,14 @@ class RLAIFCore:
                 components.
             post: computes components that need the transition's result (e.g. behavior).
         """
+        truth = self.reward_fn.mark == "truth"
+        phi0 = sim.truth_potential(self.state, self.params) if truth else None
         out = self._sim_step(self.state, batch, self.params)
         fmt, reasoning = judged if judged is not None else (None, None)
         behavior = post(out)["behavior"] if post else None
-        components = self.reward_fn.components(out, format_score=fmt, reasoning=reasoning, behavior=behavior)
+        gain = sim.truth_potential(self.state, self.params) - phi0 if truth else None
+        components = self.reward_fn.components(out, format_score=fmt, reasoning=reasoning, behavior=behavior,
+                                               truth_gain=gain)
         reward = self.reward_fn.combine(components, out.bankrupt)
         truncated = (self.state.tick >= self.params.num_ticks) & ~out.bankrupt
         return CoreStep(self.observe(), reward, out.bankrupt.copy(), truncated, components, out)

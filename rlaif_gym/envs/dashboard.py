@@ -21,7 +21,7 @@ def _question(serial: int) -> str:
 def render_ansi(state: sim.WorldState, params: sim.WorldParams, b: int, feedback: dict | None) -> str:
     """A readable dashboard of world `b`: account, markets, perps, feeds and the last feedback."""
     price = sim.yes_price(state.pm_yes[b], state.pm_no[b])
-    eq = float(sim.equity(state.take([b]))[0])
+    eq = float(sim.equity(state.take([b]), params)[0])
     t = int(state.tick[b])
     lines = [
         f"=== Babylon tick {t}/{params.num_ticks} ===",

@@ -95,8 +95,8 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         pre_b[b] = 0.0
         if k == _BUY or k == _PERP:  # noqa: SIM109 (a tuple test costs more in compiled code)
             margin = buy_fractions[q] * sim_fast._equity(
-                b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin, pos_notional,
-                perp_price, buf)
+                b, m, np_, pf[0], pf[1], cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
+                pos_notional, perp_price, buf)
             amount[b] = margin if k == _BUY else margin * perp_leverage
         elif k == _SELL:
             slot = min(t, m - 1)
@@ -126,10 +126,10 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         if not (sim_fast._isfinite(pnl) and sim_fast._isfinite(risk)):
             status = NOT_FINITE
         out_f[_REWARD_ROW, b] = (0.0 + c_pnl * pnl) + c_risk * risk
-    encoding_fast._kernel(fc[19], fc[20], fc[21], fc[22], low, high, tick, cash, realized_pnl, pm_yes, pm_no,
-                          pm_last_price, pm_resolve_tick, hold_yes, hold_no, news_acc, post_acc, group_acc, joined,
-                          pm_npc_flow, perp_price, perp_prev_price, perp_ema, perp_funding, perp_news_acc, pos_side,
-                          pos_entry, pos_margin, pos_notional, pos_leverage, obs, esc)
+    encoding_fast._kernel(fc[19], fc[20], fc[21], fc[22], pf[0], pf[1], low, high, tick, cash, realized_pnl, pm_yes,
+                          pm_no, pm_last_price, pm_resolve_tick, hold_yes, hold_no, news_acc, post_acc, group_acc,
+                          joined, pm_npc_flow, perp_price, perp_prev_price, perp_ema, perp_funding, perp_news_acc,
+                          pos_side, pos_entry, pos_margin, pos_notional, pos_leverage, obs, esc)
     return status
 
 
@@ -138,8 +138,8 @@ if numba is not None:
 
 
 def supports(reward_fn, archetype: str | None) -> bool:
-    """True when the fused step computes this reward: the skill scheme with pnl and risk only."""
-    return numba is not None and reward_fn.scheme == "skill" and archetype is None
+    """True when the fused step computes this reward: the skill scheme with pnl and risk only (no truth mark)."""
+    return numba is not None and reward_fn.scheme == "skill" and reward_fn.mark == "market" and archetype is None
 
 
 class FusedStep:

@@ -33,7 +33,7 @@ from ..rewards.archetypes import normalize_archetype
 from ..rewards.composite import RewardFunction
 from ..sim.multi import Accounts, agent_order, step_agents
 from .behavior import BehaviorTracker
-from .core import world_params
+from .core import check_numeric_action, world_params
 from .text_env import MAX_PROMPT_CHARS, MAX_REPLY_SAMPLE_CHARS, describe_outcome
 
 __all__ = ["RLAIFMultiAgentEnv"]
@@ -149,7 +149,8 @@ class RLAIFMultiAgentEnv:
         for agent in self.agents:
             obs[agent] = self._observe(agent, None)
             self._load(agent)
-            infos[agent] = {"equity": float(sim.equity(self.world)[0]), "cash": float(self.world.cash[0]), "tick": 0}
+            infos[agent] = {"equity": float(sim.equity(self.world, self.params)[0]), "cash": float(self.world.cash[0]),
+                            "tick": 0}
             if self.face == "text":
                 infos[agent]["system_prompt"] = self.system_prompt
         return obs, infos
@@ -164,7 +165,7 @@ class RLAIFMultiAgentEnv:
         if unknown:
             raise InvalidActionError(f"actions for unknown agents {sorted(unknown)}; agents are {self.possible_agents}")
         live = list(self.agents)
-        batches, parsed, verdicts, before = [], {}, {}, {}
+        batches, parsed, verdicts, before, potential = [], {}, {}, {}, {}
         for agent in self.possible_agents:
             self._load(agent)
             if agent in live and agent in actions:
@@ -174,6 +175,8 @@ class RLAIFMultiAgentEnv:
             batches.append(batch)
             if self._behavior is not None:
                 before[agent] = BehaviorTracker.snapshot(self.world)  # its own account in the shared world
+            if self.reward_fn.mark == "truth":
+                potential[agent] = sim.truth_potential(self.world, self.params)
         order = agent_order(self.world, len(self.possible_agents))
         outcomes = step_agents(self.world, self.accounts, batches, self.params, order)
         position = np.argsort(order[0])
@@ -187,9 +190,11 @@ class RLAIFMultiAgentEnv:
             behavior = None
             if self._behavior is not None:
                 behavior = np.array([self._behavior[agent].update(before[agent], self.world, batches[i], out)])
+            gain = sim.truth_potential(self.world, self.params) - potential[agent] if potential else None
             components = self.reward_fn.components(
                 out, format_score=None if verdict is None else np.array([verdict.format]),
                 reasoning=None if verdict is None else np.array([verdict.reasoning]), behavior=behavior,
+                truth_gain=gain,
             )
             bankrupt = bool(out.bankrupt[0])
             rewards[agent] = float(self.reward_fn.combine(components, out.bankrupt)[0])
@@ -284,14 +289,5 @@ class RLAIFMultiAgentEnv:
                 row = (sim.ActionType.WAIT, 0, 0, 0.0, 1.0, sim.ErrorCode.INVALID_REPLY, 0.0, 0.0)
             verdict = self.judge.score(parsed, self._views[agent], self._prompts[agent])
             return sim.ActionBatch.from_actions([parsed.action], lambda b, a: row), parsed, verdict
-        try:
-            arr = np.asarray(action)
-            ints = arr.astype(np.int64)
-            integral = arr.dtype.kind in "iub" or bool(np.all(ints == arr))
-        except (TypeError, ValueError):
-            raise InvalidActionError(f"{agent}: action must be 4 integers [kind, target, size, side], got "
-                                     f"{action!r}") from None
-        if ints.shape != self.nvec.shape or not integral or np.any(ints < 0) or np.any(ints >= self.nvec):
-            raise InvalidActionError(f"{agent}: action must be 4 integers with 0 <= a[i] < {self.nvec.tolist()}, "
-                                     f"got {action!r}")
+        ints = check_numeric_action(action, self.nvec, f"{agent}: ")  # the single env's check, shared
         return decode_actions(ints[None, :], self.world, self.params, self.config.numeric_perp_leverage), None, None

@@ -15,10 +15,11 @@ from gymnasium.vector import AutoresetMode
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import decode_actions
+from ..encoding import mask as _mask
 from ..errors import ConfigError, InvalidActionError, ResetNeeded
 from ..rewards.composite import RewardFunction
 from .behavior import BatchBehavior
-from .core import CoreStep, RLAIFCore, check_reset_options
+from .core import CoreStep, RLAIFCore, check_numeric_action, check_reset_options
 from .dashboard import render_ansi, render_chart
 
 __all__ = ["EnvSnapshot", "RLAIFEnv"]
@@ -229,7 +230,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
             self._behavior.reset()
         self._record_history()
         state = self._core.state
-        return obs, {"equity": float(sim.equity(state)[0]), "cash": float(state.cash[0]), "tick": 0}
+        return obs, {"equity": float(sim.equity(state, self.params)[0]), "cash": float(state.cash[0]), "tick": 0}
 
     def step(self, action):
         """Apply one action, advance the world one tick, and score the transition."""
@@ -282,6 +283,19 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
                      "positions_liquidated": liquidated},
         }
         return obs[0], reward, bankrupt, truncated, info
+
+    def action_masks(self) -> np.ndarray:
+        """Per-dimension masks of the actions the world would accept now, bool (6 + T + 5 + 2,).
+
+        Reads only the account and the public prices (never the hidden truth). For sb3-contrib's
+        `MaskablePPO` (through `make_vec_env`, it calls this method on each env); see "Action masks".
+        """
+        if not isinstance(self.action_space, spaces.MultiDiscrete):
+            raise NotImplementedError("action_masks() masks the numeric face's MultiDiscrete actions; the text face "
+                                      "takes any string")
+        if self._core.state is None:
+            raise ResetNeeded("call reset() before action_masks()")
+        return _mask.action_masks(self._core.state, self.params, self.config.numeric_perp_leverage)[0]
 
     # -- shared by both faces ---------------------------------------------------------------
 
@@ -400,23 +414,11 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     # -- helpers ------------------------------------------------------------------------------
 
     def _validated(self, action) -> np.ndarray:
-        try:
-            arr = np.asarray(action)
-            ints = arr.astype(np.int64)
-            integral = arr.dtype.kind in "iub" or bool(np.all(ints == arr))
-        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond int64
-            raise InvalidActionError(f"action must be 4 integers [kind, target, size, side], got {action!r}") from None
-        nvec = self.action_space.nvec
-        if ints.shape != nvec.shape or not integral or np.any(ints < 0) or np.any(ints >= nvec):
-            raise InvalidActionError(
-                f"action must be 4 integers with 0 <= a[i] < {nvec.tolist()} ([kind, target, size, side]), "
-                f"got {action!r}; sample one with env.action_space.sample()"
-            )
-        return ints
+        return check_numeric_action(action, self.action_space.nvec)
 
     def _record_history(self) -> None:
         if self.render_mode != "rgb_array":
             return
         state = self._core.state
         self._prices.append(sim.yes_price(state.pm_yes[0], state.pm_no[0]))
-        self._equity.append(float(sim.equity(state)[0]))
+        self._equity.append(float(sim.equity(state, self.params)[0]))

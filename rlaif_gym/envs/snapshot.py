@@ -24,6 +24,7 @@ This module is layer L4 (envs).
 from __future__ import annotations
 
 import json
+import math
 import struct
 import zlib
 from dataclasses import fields
@@ -191,7 +192,7 @@ def _arrays(specs: object, body: memoryview) -> dict[str, np.ndarray]:
         if dtype_str not in ("<f8", "<f4", "<i8", "<u8", "|b1"):
             raise _fail(f"array {name!r} has dtype {dtype_str!r}; snapshots hold only <f8, <f4, <i8, <u8 and |b1")
         dtype = np.dtype(dtype_str)
-        size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        size = dtype.itemsize * math.prod(shape)  # Python ints: a shape's product cannot overflow
         if size > len(body) - offset:
             raise _fail(f"array {name!r} needs {size} bytes, {len(body) - offset} are left")
         out[name] = np.frombuffer(body, dtype=dtype, count=size // dtype.itemsize, offset=offset) \
@@ -204,7 +205,7 @@ def _arrays(specs: object, body: memoryview) -> dict[str, np.ndarray]:
 
 def _floats(value: object, name: str, limit: int) -> list[float]:
     if not (isinstance(value, list) and len(value) <= limit
-            and all(type(v) in (int, float) and np.isfinite(v) for v in value)):
+            and all(type(v) in (int, float) and abs(v) < 1e300 and math.isfinite(v) for v in value)):
         raise _fail(f"{name} must be a list of at most {limit} finite numbers")
     return [float(v) for v in value]
 
@@ -260,12 +261,22 @@ def decode_snapshot(data: object, *, env_class: type | None = None) -> tuple[Any
     Raises:
         SnapshotFormatError: the bytes are not a snapshot this reader restores (the message says why).
     """
+    try:
+        return _decode(data, env_class)
+    except (TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError) as exc:
+        # A value of a type no check above expected (found by fuzzing signed tokens): still the data's fault.
+        raise _fail(f"a field holds a value of the wrong type or size ({type(exc).__name__}: {str(exc)[:200]})") \
+            from None
+
+
+def _decode(data: object, env_class: type | None) -> tuple[Any, dict[str, Any]]:
     from .rlaif_env import EnvSnapshot, RLAIFEnv
     from .text_env import RLAIFTextEnv
 
     header, body = _header(_inflate(data))
     classes = {"RLAIFEnv": RLAIFEnv, "RLAIFTextEnv": RLAIFTextEnv}
-    cls = classes.get(header.get("env"))  # type: ignore[arg-type]
+    env_name = header.get("env")
+    cls = classes.get(env_name) if isinstance(env_name, str) else None
     if cls is None:
         raise _fail(f"the env class must be one of {sorted(classes)}, got {str(header.get('env'))[:40]!r}")
     if env_class is not None and cls is not env_class:

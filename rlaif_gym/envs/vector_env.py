@@ -90,7 +90,7 @@ class RLAIFVectorEnv(VectorEnv):
         if self._behavior is not None:
             self._behavior.reset()
         state = self.core.state
-        equity = sim.equity(state)
+        equity = sim.equity(state, self.params)
         mask = np.ones(self.num_envs, dtype=bool)
         return obs, {"equity": equity, "_equity": mask, "cash": state.cash.copy(), "_cash": mask,
                      "tick": state.tick.copy(), "_tick": mask.copy()}
@@ -127,7 +127,7 @@ class RLAIFVectorEnv(VectorEnv):
             if self._behavior is not None:
                 self._behavior.reset(idx)
             obs[idx] = self.core.encode(fresh)
-            equity[idx] = sim.equity(fresh)
+            equity[idx] = sim.equity(fresh, self.params)
             reward = reward.copy()
             reward[idx] = 0.0
             terminated[idx] = False

@@ -59,6 +59,7 @@ from typing import Any
 from ..config import RLAIFEnvConfig
 from ..encoding.grammar import GrammarLimits, reply_max_chars
 from ..errors import ConfigError, DependencyNotInstalled, RLAIFError
+from ..sim.paths import user_cache_dir
 from ..storage.run_dir import clear_run
 
 __all__ = [
@@ -217,10 +218,9 @@ def build_hint(system_info: str | None = None, cpu_flags: set[str] | None = None
 
 
 def cache_dir() -> Path:
-    """Where converted models are kept: $RLAIF_GYM_CACHE, else $XDG_CACHE_HOME/rlaif-gym, else ~/.cache/rlaif-gym."""
-    if os.environ.get("RLAIF_GYM_CACHE"):
-        return Path(os.environ["RLAIF_GYM_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlaif-gym"
+    """Where converted models are kept: $RLAIF_GYM_CACHE, else $XDG_CACHE_HOME/rlaif-gym, else ~/.cache/rlaif-gym
+    (`rlaif_gym.sim.paths.user_cache_dir`, which the compiled world kernels use too)."""
+    return user_cache_dir()
 
 
 def _file_digest(path: Path) -> str:

@@ -18,9 +18,12 @@ session and returns its ``session_id``; ``/step``, ``/state``, ``/snapshot``, ``
 ``/close`` take it). ``/health``, ``/metadata``, ``/schema``, ``/mcp`` and ``/openapi.json`` are
 OpenEnv's, so ``openenv validate --url`` passes.
 
-Sessions are capped (``max_sessions``); past the cap a new session gets a ``CAPACITY_REACHED`` error
-(HTTP 503) that says the cap and how to raise it. A session ends when its client closes it, when
-its WebSocket drops, or after ``session_timeout_s`` without a request.
+Sessions are capped (``max_sessions``, and optionally ``max_sessions_per_client`` per client address);
+past a cap a new session gets a ``CAPACITY_REACHED`` error (HTTP 503) that says the cap and how to raise
+it. A session ends when its client closes it, when its WebSocket drops, or after ``session_timeout_s``
+(120 s by default) without a request. An HTTP body over ``max_body_bytes`` is refused with 413 before
+it is read; WebSocket frames are bounded by uvicorn (16 MiB). There is no authentication: serve on
+127.0.0.1 or a private network only.
 
 Why not openenv-core's own ``create_app``: its WebSocket handler accepts only reset/step/state/close
 (no snapshot/restore), and its HTTP ``/reset`` and ``/step`` build a fresh environment per request,
@@ -55,10 +58,13 @@ import numpy as np
 
 from .._version import __version__
 from ..config import RLAIFEnvConfig
+from ..envs.decisions import decision_points
+from ..envs.inputs import check_config, check_seed
 from ..envs.rlaif_env import EnvSnapshot
 from ..envs.snapshot import MAX_SNAPSHOT_BYTES, decode_snapshot, encode_snapshot
 from ..envs.text_env import RLAIFTextEnv
 from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError
+from ..trajectory import storable_text
 
 try:
     import uvicorn
@@ -92,6 +98,7 @@ try:
     )
     from pydantic import BaseModel, ConfigDict, Field, ValidationError
     from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException as StarletteHTTPException
     from starlette.websockets import WebSocketDisconnect
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise DependencyNotInstalled(
@@ -100,6 +107,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_SESSIONS",
     "DEFAULT_SESSION_TIMEOUT_S",
     "ENV_NAME",
@@ -126,8 +134,11 @@ logger = logging.getLogger(__name__)
 ENV_NAME = "RLAIF-Text-v0"
 DEFAULT_MAX_SESSIONS = 64
 """Sessions open at once, unless `rlaif-gym serve --max-sessions` says otherwise."""
-DEFAULT_SESSION_TIMEOUT_S = 600.0
-"""Seconds without a request after which a session is closed."""
+DEFAULT_SESSION_TIMEOUT_S = 120.0
+"""Seconds without a request after which a session is closed (`rlaif-gym serve --session-timeout`)."""
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+"""Largest HTTP request body read, bytes: the longest reply (`MAX_REPLY_LENGTH` characters) fits even as
+escaped JSON (6 bytes a character); a larger body gets 413 before it is read."""
 SNAPSHOT_KEY_ENV = "RLAIF_SNAPSHOT_KEY"
 """Environment variable with the key that signs snapshot tokens (random per process when unset)."""
 MAX_REPLY_LENGTH = 1_048_576
@@ -341,18 +352,26 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _check_seed(seed: object) -> int | None:
-    if seed is None:
+MAX_EPISODE_ID_CHARS = 255
+"""Longest episode id a reset or restore accepts (OpenEnv's own HTTP reset body allows as many; the id is sent back
+with every state and snapshot)."""
+
+
+def _check_episode_id(value: object) -> str | None:
+    if value is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ConfigError(f"seed must be an integer >= 0 or null, got {seed!r}")
-    return seed
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_EPISODE_ID_CHARS:
+        shown = f"a string of {len(value)} characters" if isinstance(value, str) else type(value).__name__
+        raise ConfigError(f"episode_id must be a string of 1 to {MAX_EPISODE_ID_CHARS} characters or null, got "
+                          f"{shown}; pass your own id, or none for a random one")
+    return storable_text(value)[0]  # a lone surrogate (a JSON escape such as \ud800) could not be sent back
 
 
 class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
     """`RLAIFTextEnv` behind openenv-core's `Environment` interface: one session's episode.
 
-    * ``reset(seed=None, episode_id=None, config=None, snapshot=None)``: a new episode; ``config``
+    * ``reset(seed=None, episode_id=None, config=None, snapshot=None, decision=None)``: a new episode
+      (``decision``: at a decision point of the seed's episode, see `reset`); ``config``
       overrides the server's config for this episode (``{"num_ticks": 8}``); ``snapshot`` continues
       from a token instead (then neither seed nor config may be given).
     * ``step(RLAIFAction(reply=...))``: one tick; the observation carries the next prompt, the reward,
@@ -381,25 +400,62 @@ class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
     # -- OpenEnv API -------------------------------------------------------------------------------
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, config: Mapping[str, Any] | None = None,
-              snapshot: str | None = None, **kwargs: Any) -> RLAIFObservation:
-        """Start an episode (or continue a snapshot's); returns its first prompt and the system prompt."""
+              snapshot: str | None = None, decision: Mapping[str, Any] | bool | None = None,
+              **kwargs: Any) -> RLAIFObservation:
+        """Start an episode (or continue a snapshot's); returns its first prompt and the system prompt.
+
+        With `decision` (``true``, or ``{"resolves_within": 12, "min_evidence": 1, "min_tick": 2}``) the episode
+        starts at a decision point of the seed's episode (`rlaif_gym.envs.decisions`): the offline scripted model
+        plays from reset to the first qualifying tick after a start drawn from the seed; `info["decision"]` names
+        the tick and the markets.
+        """
         if kwargs:
             raise ConfigError(f"reset got unknown argument(s) {sorted(kwargs)}; it takes seed, episode_id, config "
-                              "(overrides of the server's env config, e.g. {\"num_ticks\": 8}) and snapshot (a token "
-                              "from snapshot())")
+                              "(overrides of the server's env config, e.g. {\"num_ticks\": 8}), snapshot (a token "
+                              "from snapshot()) and decision (true, or {\"resolves_within\": 12})")
         if snapshot is not None:
             if seed is not None or config is not None:
                 raise ConfigError("reset(snapshot=...) continues the snapshot's episode with the snapshot's config: "
                                   "give it no seed and no config")
             return self.restore(snapshot, episode_id=episode_id)
-        seed = _check_seed(seed)
-        env = self._env_for(self._config_with(config))
+        seed = check_seed(seed, "seed")  # the checks the TRL and verifiers adapters make (rlaif_gym.envs.inputs)
+        episode_id = _check_episode_id(episode_id)
+        env = self._env_for(check_config(config, "config", base=self.base_config))
+        if decision is not None and decision is not False:
+            return self._reset_at_decision(env, seed, episode_id, decision)
         prompt, info = env.reset(seed=seed)
-        self._episode_id = str(episode_id) if episode_id is not None else uuid.uuid4().hex
+        self._episode_id = episode_id if episode_id is not None else uuid.uuid4().hex
         self._prompt, self._tick, self._terminated, self._truncated, self._return = prompt, 0, False, False, 0.0
         system = info.pop("system_prompt", None)
         return RLAIFObservation(prompt=prompt, system_prompt=system, tick=0, info=_jsonable(info), reward=None,
                                 done=False)
+
+    def _reset_at_decision(self, env: RLAIFTextEnv, seed: int | None, episode_id: str | None,
+                           decision: object) -> RLAIFObservation:
+        options = {} if decision is True else decision
+        known = {"resolves_within", "min_evidence", "min_tick"}
+        if not isinstance(options, Mapping) or set(options) - known or not all(
+                type(v) is int and v >= 0 for v in options.values()):
+            raise ConfigError(f"decision must be true or an object of {sorted(known)} (integers >= 0), got "
+                              f"{str(decision)[:80]}")
+        if seed is None:
+            raise ConfigError("reset(decision=...) needs a seed: the decision point is found in that seed's episode")
+        try:
+            points = decision_points([seed], env.config, **options)
+        except ConfigError as exc:
+            raise ConfigError(f"decision: {exc}") from None
+        if not points:
+            raise ConfigError(f"the episode of seed {seed} has no decision point with {options or 'the defaults'} "
+                              "after the drawn start tick; try another seed, or a larger resolves_within")
+        point = points[0]
+        env.set_state(point.snapshot)
+        self._episode_id = episode_id if episode_id is not None else uuid.uuid4().hex
+        self._prompt, self._tick, self._terminated, self._truncated, self._return = point.prompt, point.tick, False, \
+            False, 0.0
+        info = {"tick": point.tick, "decision": {"tick": point.tick, "markets": [
+            {"market": m, "resolves_in": r, "evidence": e} for m, r, e in point.markets]}}
+        return RLAIFObservation(prompt=point.prompt, system_prompt=env.system_prompt, tick=point.tick, info=info,
+                                reward=None, done=False)
 
     def step(self, action: RLAIFAction | str, timeout_s: float | None = None, **kwargs: Any) -> RLAIFObservation:
         """Score the reply against the current prompt, run its action and advance the world one tick."""
@@ -461,6 +517,7 @@ class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
 
     def restore(self, snapshot: str, episode_id: str | None = None) -> RLAIFObservation:
         """Continue from a token; returns the prompt the snapshotted episode was waiting on."""
+        episode_id = _check_episode_id(episode_id)
         snap, payload = self.codec.decode(snapshot)
         if not (isinstance(payload.get("prompt"), str) and isinstance(payload.get("terminated"), bool)
                 and isinstance(payload.get("truncated"), bool) and isinstance(payload.get("episode_return"), float)
@@ -468,7 +525,7 @@ class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
             raise SnapshotTokenError("the snapshot token's session fields are not the ones snapshot() writes")
         env = self._env_for(snap.config)
         env.set_state(snap)
-        self._episode_id = str(episode_id) if episode_id is not None else payload["episode_id"]
+        self._episode_id = episode_id if episode_id is not None else payload["episode_id"]
         self._prompt, self._tick = payload["prompt"], snap.tick
         self._terminated, self._truncated = payload["terminated"], payload["truncated"]
         self._return = payload["episode_return"]
@@ -477,14 +534,6 @@ class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
                                 done=self._terminated or self._truncated)
 
     # -- helpers -----------------------------------------------------------------------------------
-
-    def _config_with(self, overrides: object) -> RLAIFEnvConfig:
-        if overrides is None:
-            return self.base_config
-        if not isinstance(overrides, Mapping):
-            raise ConfigError(f"config must be an object of config overrides, e.g. {{\"num_ticks\": 8}}, got "
-                              f"{type(overrides).__name__}")
-        return RLAIFEnvConfig.from_any(self.base_config, **overrides)
 
     def _env_for(self, config: RLAIFEnvConfig) -> RLAIFTextEnv:
         if self._env is None or self._env.config != config:
@@ -504,6 +553,7 @@ class _Session:
     env: RLAIFOpenEnv
     transport: str  # "ws" (ends with its connection) or "http" (ends on close or expiry)
     last_used: float
+    client: str | None = None  # the client's address (host), for the per-client cap
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -512,46 +562,67 @@ class SessionPool:
 
     HTTP sessions idle for more than `timeout_s` are closed at the next request that opens or looks
     up a session; a WebSocket session ends with its connection (the server closes a connection idle
-    that long itself).
+    that long itself). A session belongs to one transport: an HTTP route never drives a WebSocket's
+    session.
 
     Args:
         factory: builds the environment of a new session.
         max_sessions: the cap.
         timeout_s: idle seconds before a session is closed (None: never).
         clock: the time source of expiry (monotonic seconds; tests pass a fake one).
+        max_per_client: sessions one client address may hold at once (None: up to `max_sessions`),
+            so that one client cannot take every slot.
     """
 
     def __init__(self, factory: Callable[[], RLAIFOpenEnv], max_sessions: int, timeout_s: float | None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        if max_sessions < 1:
-            raise ConfigError(f"max_sessions must be >= 1, got {max_sessions}")
+                 clock: Callable[[], float] = time.monotonic, max_per_client: int | None = None) -> None:
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ConfigError(f"max_sessions must be an integer >= 1, got {max_sessions!r}")
         if timeout_s is not None and not timeout_s > 0:
             raise ConfigError(f"session timeout must be > 0 seconds (or None: never), got {timeout_s}")
+        if max_per_client is not None and (isinstance(max_per_client, bool) or not isinstance(max_per_client, int)
+                                           or max_per_client < 1):
+            raise ConfigError(f"max_sessions_per_client must be an integer >= 1 or None, got {max_per_client!r}")
         self.factory, self.max_sessions, self.timeout_s, self.clock = factory, max_sessions, timeout_s, clock
+        self.max_per_client = max_per_client
         self._sessions: dict[str, _Session] = {}
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def open(self, transport: str) -> _Session:
-        """A new session, or `ServerAtCapacityError` when `max_sessions` are open."""
+    def open(self, transport: str, client: str | None = None) -> _Session:
+        """A new session of `client` (its address), or `ServerAtCapacityError` when `max_sessions` are open
+        or `client` holds `max_per_client` of them."""
         self.reap()
+        expiry = f"wait for an idle one to expire ({self.timeout_s:g} s), " if self.timeout_s else ""
         if len(self._sessions) >= self.max_sessions:
             n = len(self._sessions)
-            expiry = f"wait for an idle one to expire ({self.timeout_s:g} s), " if self.timeout_s else ""
             raise ServerAtCapacityError(
                 f"the server is at capacity: {n} of {self.max_sessions} sessions are open (max_sessions = "
                 f"{self.max_sessions}). Close sessions you no longer use (the client's close(), or POST /close), "
                 f"{expiry}or restart the server with more: rlaif-gym serve --max-sessions {2 * self.max_sessions}",
                 n, self.max_sessions)
-        session = _Session(uuid.uuid4().hex, self.factory(), transport, self.clock())
+        if self.max_per_client is not None and client is not None:
+            mine = sum(1 for s in self._sessions.values() if s.client == client)
+            if mine >= self.max_per_client:
+                raise ServerAtCapacityError(
+                    f"this client ({client}) holds {mine} of the {self.max_per_client} sessions one client may have "
+                    f"open (max_sessions_per_client; {len(self._sessions)} of {self.max_sessions} are open in all). "
+                    f"Close sessions you no longer use (the client's close(), or POST /close), {expiry}or restart "
+                    f"the server with more: rlaif-gym serve --max-sessions-per-client {2 * self.max_per_client}",
+                    len(self._sessions), self.max_sessions)
+        session = _Session(uuid.uuid4().hex, self.factory(), transport, self.clock(), client)
         self._sessions[session.id] = session
         return session
 
-    def get(self, session_id: object) -> _Session:
-        """The open session `session_id` (its idle clock restarts), or `UnknownSessionError`."""
+    def get(self, session_id: object, transport: str = "http") -> _Session:
+        """The open `transport` session `session_id` (its idle clock restarts), or `UnknownSessionError`."""
         self.reap()
         session = self._sessions.get(session_id) if isinstance(session_id, str) else None
+        if session is not None and session.transport != transport:
+            raise UnknownSessionError(f"session {session_id!r} is a {session.transport} session; it is driven only "
+                                      f"over its own {'WebSocket' if session.transport == 'ws' else 'HTTP'} "
+                                      "connection. Open an HTTP session with POST /reset (without a session_id)")
         if session is None:
             expiry = f", expired after {self.timeout_s:g} s without a request" if self.timeout_s else ""
             raise UnknownSessionError(f"no open session {session_id!r}: it was closed{expiry}, or never opened. "
@@ -584,16 +655,18 @@ class SessionPool:
         return stale
 
     def status(self) -> dict[str, Any]:
-        """Capacity in numbers: active, max and free sessions, and the idle timeout."""
+        """Capacity in numbers: active, max and free sessions, the per-client cap and the idle timeout."""
         n = len(self._sessions)
         return {"active_sessions": n, "max_sessions": self.max_sessions, "available": self.max_sessions - n,
-                "session_timeout_s": self.timeout_s}
+                "max_sessions_per_client": self.max_per_client, "session_timeout_s": self.timeout_s}
 
 
 # -- errors on the wire ---------------------------------------------------------------------------
 
 _HTTP_STATUS = {"VALIDATION_ERROR": 422, "EXECUTION_ERROR": 409, "CAPACITY_REACHED": 503, "SESSION_ERROR": 404,
-                "UNKNOWN_TYPE": 400, "INVALID_JSON": 400, "INTERNAL_ERROR": 500}
+                "UNKNOWN_TYPE": 400, "INVALID_JSON": 400, "PAYLOAD_TOO_LARGE": 413, "INTERNAL_ERROR": 500}
+_TOO_DEEP = ("the request is nested too deeply to read (JSON arrays or objects inside each other more than "
+             "Python's parser handles); no message of this protocol nests more than a few levels")
 
 
 def _readable(exc: ValidationError) -> str:
@@ -609,9 +682,12 @@ def _error_payload(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, ServerAtCapacityError):
         return {"code": WSErrorCode.CAPACITY_REACHED.value, "error_type": type(exc).__name__, "message": str(exc),
                 "active_sessions": exc.active_sessions, "max_sessions": exc.max_sessions}
-    if isinstance(exc, ValidationError):
+    if isinstance(exc, ValidationError):  # the errors without the input, which may be megabytes
         return {"code": WSErrorCode.VALIDATION_ERROR.value, "error_type": "ValidationError",
-                "message": f"invalid message: {_readable(exc)}", "errors": jsonable_encoder(exc.errors())}
+                "message": f"invalid message: {_readable(exc)}",
+                "errors": jsonable_encoder(exc.errors(include_url=False, include_input=False))}
+    if isinstance(exc, RecursionError):  # a deeply nested value that reached a recursive reader: the input's fault
+        return {"code": WSErrorCode.VALIDATION_ERROR.value, "error_type": "RecursionError", "message": _TOO_DEEP}
     if isinstance(exc, (ConfigError, InvalidActionError, SnapshotTokenError)):
         code = WSErrorCode.VALIDATION_ERROR
     elif isinstance(exc, ResetNeeded):
@@ -640,6 +716,8 @@ class HTTPResetRequest(ResetRequest):
     session_id: str | None = Field(None, description="The session to reset; absent: open a new one.")
     config: dict[str, Any] | None = Field(None, description="Config overrides for this episode.")
     snapshot: str | None = Field(None, description="Continue from this token instead of a new episode.")
+    decision: bool | dict[str, int] | None = Field(
+        None, description='Start at a decision point of the seed\'s episode: true, or {"resolves_within": 12}.')
 
 
 class HTTPStepRequest(StepRequest):
@@ -683,6 +761,65 @@ async def _close_quietly(websocket: WebSocket, code: int = 1000, reason: str = "
         await websocket.close(code=code, reason=reason)
 
 
+class _BodyLimit:
+    """ASGI middleware: an HTTP request body over `limit` bytes is answered 413 before the app reads it.
+
+    A declared ``Content-Length`` over the limit is refused before a byte of the body is read; a body
+    without one (chunked) is counted as it streams in and refused once past the limit. A body within
+    the limit is read here, whole, and handed to the app unchanged.
+    """
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Any], send: Callable[[Any], Any]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope.get("headers", ()) if k.lower() == b"content-length"), None)
+        if declared is not None and declared.strip().isdigit() and int(declared) > self.limit:
+            await self._refuse(send, f"{int(declared)} bytes")
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left before its body arrived
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._refuse(send, f"more than {self.limit} bytes")
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body, delivered = b"".join(chunks), False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: the disconnect, when it comes
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Callable[[Any], Any], size: str) -> None:
+        payload = {"detail": {
+            "code": "PAYLOAD_TOO_LARGE", "error_type": "PayloadTooLarge",
+            "message": f"the request body has {size}; this server reads at most {self.limit} bytes per HTTP request "
+                       f"(max_body_bytes), so it was not read. A reply of up to {MAX_REPLY_LENGTH:,} characters fits; "
+                       "send less, or raise the limit: create_app(max_body_bytes=...)"}}
+        data = json.dumps(payload).encode("utf-8")
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": data})
+
+
+_HTTP_CODES = {400: "INVALID_JSON", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE"}
+
+
 # -- the app --------------------------------------------------------------------------------------
 
 
@@ -690,8 +827,12 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
                session_timeout_s: float | None = DEFAULT_SESSION_TIMEOUT_S,
                env_config: RLAIFEnvConfig | Mapping[str, Any] | None = None,
                snapshot_key: bytes | str | None = None,
-               clock: Callable[[], float] = time.monotonic) -> FastAPI:
+               clock: Callable[[], float] = time.monotonic,
+               max_sessions_per_client: int | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """The OpenEnv server of `RLAIF-Text-v0` as a FastAPI app (run it with uvicorn, or `rlaif-gym serve`).
+
+    It has no authentication: serve it on 127.0.0.1 (the default of `serve`) or a private network only.
 
     Args:
         max_sessions: sessions open at once; one more gets ``CAPACITY_REACHED`` (HTTP 503).
@@ -699,13 +840,20 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
         env_config: the env config of every session (a reset may override fields for its episode).
         snapshot_key: signs snapshot tokens (see `SnapshotCodec`; default `$RLAIF_SNAPSHOT_KEY` or random).
         clock: time source of HTTP-session expiry (tests pass a fake one).
+        max_sessions_per_client: sessions one client address may hold at once (None: any number up to
+            `max_sessions`); past it, ``CAPACITY_REACHED`` for that client only.
+        max_body_bytes: largest HTTP request body; a larger one gets 413 before it is read.
 
     Raises:
-        ConfigError: a bad `env_config`, `max_sessions` or `session_timeout_s` (before anything is served).
+        ConfigError: a bad `env_config`, `max_sessions`, `session_timeout_s`, `max_sessions_per_client`
+            or `max_body_bytes` (before anything is served).
     """
     base = RLAIFEnvConfig.from_any(env_config)
+    if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1024:
+        raise ConfigError(f"max_body_bytes must be an integer >= 1024, got {max_body_bytes!r}")
     codec = SnapshotCodec(snapshot_key) if snapshot_key is not None else _default_codec()
-    pool = SessionPool(lambda: RLAIFOpenEnv(base, codec=codec), max_sessions, session_timeout_s, clock)
+    pool = SessionPool(lambda: RLAIFOpenEnv(base, codec=codec), max_sessions, session_timeout_s, clock,
+                       max_per_client=max_sessions_per_client)
     probe = RLAIFOpenEnv(base, codec=codec)
 
     @contextlib.asynccontextmanager
@@ -717,13 +865,26 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
                   description="OpenEnv's /ws protocol and HTTP routes over the RLAIF text env, plus snapshot and "
                               "restore. See docs/openenv.md.")
     app.state.pool = pool
+    app.add_middleware(_BodyLimit, limit=max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = jsonable_encoder(exc.errors())
+        # Without each error's input: it echoes the body, which may be megabytes.
+        errors = jsonable_encoder([{k: v for k, v in e.items() if k not in ("input", "url")} for e in exc.errors()])
         where = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in errors)
         return JSONResponse({"detail": {"code": WSErrorCode.VALIDATION_ERROR.value, "error_type": "ValidationError",
                                         "message": f"invalid request: {where}", "errors": errors}}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_exception(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """FastAPI's own refusals (a body it cannot parse, an unknown route) in this server's error format."""
+        message = str(exc.detail)
+        if exc.status_code == 400:  # FastAPI's "There was an error parsing the body": e.g. JSON nested too deeply
+            message = (f"the body could not be parsed as JSON: {_TOO_DEEP}, or not JSON this server can read; send a "
+                       'JSON object such as {"session_id": "...", "action": {"reply": "..."}}')
+        detail = {"code": _HTTP_CODES.get(exc.status_code, "HTTP_ERROR"), "error_type": "HTTPException",
+                  "message": message}
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     async def call(session: _Session, fn: Callable[[], Any]) -> Any:
         async with session.lock:  # one request at a time per session; the env runs off the event loop
@@ -732,16 +893,18 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
     # -- HTTP: OpenEnv's routes, with a session id ------------------------------------------------
 
     @app.post("/reset", tags=["Environment Control"])
-    async def reset(body: HTTPResetRequest) -> JSONResponse:
+    async def reset(body: HTTPResetRequest, request: Request) -> JSONResponse:
         """Reset a session (or open one: no ``session_id``); returns the observation and the ``session_id``."""
         kwargs = body.model_dump(exclude_unset=True, exclude={"session_id"})
-        return await _start(body.session_id, lambda env: env.reset(**kwargs))
+        return await _start(body.session_id, lambda env: env.reset(**kwargs), request)
 
-    async def _start(session_id: str | None, fn: Callable[[RLAIFOpenEnv], RLAIFObservation]) -> JSONResponse:
+    async def _start(session_id: str | None, fn: Callable[[RLAIFOpenEnv], RLAIFObservation],
+                     request: Request) -> JSONResponse:
         """Reset or restore `session_id`, or a new session when None (closed again if that first call fails)."""
         session = None
         try:
-            session = pool.open("http") if session_id is None else pool.get(session_id)
+            client = request.client.host if request.client is not None else None
+            session = pool.open("http", client) if session_id is None else pool.get(session_id)
             obs = await call(session, lambda: fn(session.env))
         except Exception as exc:
             if session_id is None and session is not None:  # the client never learnt its id: free the slot
@@ -781,15 +944,19 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
         return JSONResponse({"snapshot": token, "tick": st.tick, "episode_id": st.episode_id})
 
     @app.post("/restore", tags=["State Management"])
-    async def restore(body: HTTPRestoreRequest) -> JSONResponse:
+    async def restore(body: HTTPRestoreRequest, request: Request) -> JSONResponse:
         """Continue from a token, in ``session_id`` or a new session; returns the observation and ``session_id``."""
-        return await _start(body.session_id, lambda env: env.restore(body.snapshot, episode_id=body.episode_id))
+        return await _start(body.session_id, lambda env: env.restore(body.snapshot, episode_id=body.episode_id),
+                            request)
 
     @app.post("/close", tags=["Environment Control"])
     async def close(body: HTTPSessionRequest) -> JSONResponse:
         """Close a session and free its slot."""
-        if not pool.close(body.session_id):
-            return _http_error(UnknownSessionError(f"no open session {body.session_id!r} to close"))
+        try:
+            pool.get(body.session_id)  # an HTTP session: a WebSocket's ends with its connection
+        except UnknownSessionError as exc:
+            return _http_error(exc)
+        pool.close(body.session_id)
         return JSONResponse({"closed": body.session_id, **pool.status()})
 
     @app.get("/sessions", tags=["Environment Info"])
@@ -822,7 +989,7 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
         """OpenEnv's JSON-RPC endpoint: this environment exposes no MCP tools (``tools/list`` is empty)."""
         try:
             rpc = JsonRpcRequest(**json.loads(await request.body()))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             return JsonRpcResponse.error_response(JsonRpcErrorCode.PARSE_ERROR).model_dump()
         except (ValidationError, TypeError) as exc:
             return JsonRpcResponse.error_response(JsonRpcErrorCode.INVALID_REQUEST,
@@ -840,7 +1007,7 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
     async def websocket_endpoint(websocket: WebSocket) -> None:
         await websocket.accept()
         try:
-            session = pool.open("ws")
+            session = pool.open("ws", websocket.client.host if websocket.client is not None else None)
         except ServerAtCapacityError as exc:
             await _refuse(websocket, exc)
             return
@@ -887,12 +1054,13 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
                 return
 
     async def _handle(session: _Session, raw: str) -> tuple[str | None, bool]:
-        """One WebSocket message: (the reply, whether the session ends)."""
+        """One WebSocket message: (the reply, whether the session ends). Every message gets an answer."""
         try:
             msg = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            err = {"code": WSErrorCode.INVALID_JSON.value, "error_type": "JSONDecodeError",
-                   "message": f'invalid JSON: {exc}; send e.g. {{"type": "step", "data": {{"reply": "..."}}}}'}
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, or nested past the parser's depth
+            reason = _TOO_DEEP if isinstance(exc, RecursionError) else f"invalid JSON: {exc}"
+            err = {"code": WSErrorCode.INVALID_JSON.value, "error_type": type(exc).__name__,
+                   "message": f'{reason}; send e.g. {{"type": "step", "data": {{"reply": "..."}}}}'}
             return WSErrorResponse(data=err).model_dump_json(), False
         kind = msg.get("type") if isinstance(msg, dict) else None
         env = session.env
@@ -927,9 +1095,10 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
                 return None, True
         except Exception as exc:  # a bad request is answered; the session goes on
             return WSErrorResponse(data=_error_payload(exc)).model_dump_json(), False
+        shown = repr(kind)[:80] if isinstance(kind, str) else f"of JSON type {type(kind).__name__}"
         err = {"code": WSErrorCode.UNKNOWN_TYPE.value, "error_type": "UnknownMessageType",
-               "message": f"unknown message type {kind!r}; this server takes reset, step, state, snapshot, restore "
-                          "and close"}
+               "message": f"unknown message type {shown}; this server takes reset, step, state, snapshot, restore "
+                          'and close, as {"type": "reset", "data": {...}}'}
         return WSErrorResponse(data=err).model_dump_json(), False
 
     return app
@@ -940,7 +1109,9 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
 
 def _bound_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without it every
+    # HTTP answer (headers and body written apart) waited about 40 ms for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -972,9 +1143,10 @@ def serve(app: FastAPI, *, host: str = "127.0.0.1", port: int = 8000, log_level:
     bound_port = sock.getsockname()[1]
     pool: SessionPool = app.state.pool
     timeout = f"after {pool.timeout_s:g} s idle" if pool.timeout_s else "never"
+    per_client = f" ({pool.max_per_client} per client)" if pool.max_per_client else ""
     if log is not None:
         log(f"serving {ENV_NAME} over OpenEnv on http://{host}:{bound_port} (WebSocket ws://{host}:{bound_port}/ws): "
-            f"at most {pool.max_sessions} sessions, closed {timeout}. Ctrl-C stops")
+            f"at most {pool.max_sessions} sessions{per_client}, closed {timeout}; no authentication. Ctrl-C stops")
     try:
         uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on")).run(sockets=[sock])
     finally:

@@ -5,17 +5,26 @@
   observation, the last one goes to `info["terminal_observation"]`). World i is exactly the episode
   `DummyVecEnv` sub-env i runs (same seeds, same later resets; a test checks it), only faster: one
   batched world step instead of N.
+* `JointActionPolicy`: the policy for the env's own `MultiDiscrete([6, T, 5, 2])` space. SB3's
+  default samples kind, target, size and side from independent heads and learns nothing here
+  (PPO ends at the passive agent's level); this one chooses what to do (kind, target, side) as
+  one categorical, then a size per kind, and trades at a profit (docs/training.md).
+* Action masks: `RLAIFSB3VecEnv.action_masks()` and each world's `info["action_mask"]` say which
+  actions the world would accept, for sb3-contrib's `MaskablePPO` (per-dimension masks for its own
+  MultiDiscrete policy, exact ones for a Discrete table or, with `mask_layout="joint"`, for
+  `MaskableJointActionPolicy` with `JointMaskRolloutBuffer`).
 * `RLAIFMetricsCallback`: logs every reward component and the trading metrics of each finished
   episode to the SB3 logger (so to stdout, CSV and TensorBoard, whichever formats are configured).
 * `evaluate_against_baselines` / `comparison_table`: mean episode PnL of a trained model on
   held-out seeds next to `RandomAgent`, `PassiveAgent` and `InformedAgent`, as a Markdown table.
 
-Needs the `[sb3]` extra (stable-baselines3; TensorBoard output also needs `tensorboard`, which the
-extra installs).
+Needs the `[sb3]` extra (stable-baselines3; sb3-contrib for MaskablePPO and TensorBoard for the
+callback's event files, which the extra installs too).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,26 +36,39 @@ from gymnasium.utils import seeding
 from .. import sim
 from ..agents import InformedAgent, PassiveAgent, RandomAgent
 from ..config import RLAIFEnvConfig
-from ..envs import EpisodeStats, RLAIFCore, evaluate_policy
+from ..encoding import mask as _mask
+from ..envs import EpisodeStats, RLAIFCore, evaluate_policy, world_params
 from ..envs.behavior import BatchBehavior
 from ..errors import DependencyNotInstalled, InvalidActionError
 
 try:
+    import torch as th
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.distributions import CategoricalDistribution
+    from stable_baselines3.common.policies import ActorCriticPolicy
     from stable_baselines3.common.vec_env import VecEnv
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise DependencyNotInstalled(
         'rlaif_gym.integrations.sb3 needs stable-baselines3: pip install "rlaif-gym[sb3]" '
         "(install torch first from constraints.txt to get the CPU build)"
     ) from exc
+try:
+    from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer
+    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+except ImportError:  # pragma: no cover - the [sb3] extra installs sb3-contrib
+    MaskableActorCriticPolicy = MaskableRolloutBuffer = None
 
 __all__ = [
     "ACTION_KINDS",
     "COMPACT_ACTIONS",
     "EASY_CONFIG",
+    "JointActionPolicy",
+    "JointMaskRolloutBuffer",
+    "MaskableJointActionPolicy",
     "RLAIFMetricsCallback",
     "RLAIFSB3VecEnv",
     "SB3BatchPolicy",
+    "canonical_actions",
     "comparison_table",
     "discrete_action_table",
     "evaluate_against_baselines",
@@ -104,6 +126,224 @@ def discrete_action_table(params: sim.WorldParams, *, buy_sizes: Sequence[int] =
     return table
 
 
+def canonical_actions(actions: np.ndarray) -> np.ndarray:
+    """MultiDiscrete actions with the entries their kind ignores zeroed, shape (..., 4).
+
+    A wait ignores target, size and side; close_perp and join_group ignore size and side. Two
+    actions with the same canonical form do the same thing in every state.
+    """
+    a = np.array(actions, dtype=np.int64)
+    kind = a[..., 0]
+    a[..., 1] = np.where(kind == 0, 0, a[..., 1])
+    a[..., 2:] = np.where((kind == 0)[..., None] | (kind >= 4)[..., None], 0, a[..., 2:])
+    return a
+
+
+_SIZED = (1, 2, 3)
+"""Kinds that read the size bucket (buy_prediction, sell_prediction, open_perp); each has its own size head."""
+_NEG = -1e8  # the logit of a masked-out outcome (sb3-contrib's value): probability 0, no NaN in the entropy
+
+
+class _FactoredCategorical(CategoricalDistribution):
+    """What to do, then how much: a categorical over (kind, target, side), and a size head per sized kind.
+
+    Sampled and scored as MultiDiscrete rows `[kind, target, size, side]`: log p(action) = log p(kind,
+    target, side) + log p(size | kind) (+ 0 for kinds without a size). `apply_masking` takes one
+    bool per MultiDiscrete action (`mask_layout="joint"` of RLAIFSB3VecEnv) and masks both levels
+    exactly: a choice is allowed iff one of its sizes is, and the size given the choice.
+    """
+
+    def __init__(self, table: np.ndarray, nvec: np.ndarray) -> None:
+        nvec = np.asarray(nvec, dtype=np.int64)
+        shape, n_sizes = tuple(int(n) for n in nvec), int(nvec[2])
+        what = canonical_actions(table)
+        sizes = what[:, 2].copy()
+        what[:, 2] = 0
+        choices, first, of_row = np.unique(what, axis=0, return_index=True, return_inverse=True)
+        order = np.argsort(first)  # the choices in the table's order
+        choices, of_row = choices[order], np.argsort(order)[of_row.reshape(-1)]
+        super().__init__(len(choices) + len(_SIZED) * n_sizes)
+        self.nvec, self.n_choices, self.n_sizes = nvec, len(choices), n_sizes
+        head = np.array([_SIZED.index(k) if k in _SIZED else -1 for k in choices[:, 0]])
+        allowed = np.zeros((len(choices), n_sizes), dtype=bool)  # the sizes the table has for each choice
+        allowed[of_row, sizes] = True
+        # Every MultiDiscrete action -> its choice (-1 where its canonical form is not in the table).
+        grid = np.stack(np.unravel_index(np.arange(int(np.prod(nvec))), shape), axis=1)
+        canon = canonical_actions(grid)
+        row_of = np.full(int(np.prod(nvec)), -1, dtype=np.int64)
+        row_of[np.ravel_multi_index(tuple(canonical_actions(table).T), shape)] = of_row
+        choice_of = row_of[np.ravel_multi_index(tuple(canon.T), shape)]
+        # Where each (choice, size) sits in the joint mask (kinds without a size: size 0).
+        z = np.where(head[:, None] >= 0, np.arange(n_sizes)[None, :], 0)
+        joint = np.ravel_multi_index((choices[:, 0, None], choices[:, 1, None], z, choices[:, 3, None]), shape)
+        self.choices = th.as_tensor(choices, dtype=th.long)
+        self.head = th.as_tensor(head, dtype=th.long)
+        self.allowed = th.as_tensor(allowed)
+        self.choice_of = th.as_tensor(choice_of)
+        self.joint = th.as_tensor(joint, dtype=th.long)
+        self.strides = th.as_tensor(np.cumprod([1, *nvec[:0:-1].tolist()])[::-1].copy(), dtype=th.long)
+        self._logits: th.Tensor | None = None
+        self._masks: th.Tensor | None = None
+
+    def _to(self, device: th.device) -> None:
+        if self.choices.device != device:
+            for name in ("choices", "head", "allowed", "choice_of", "joint", "strides"):
+                setattr(self, name, getattr(self, name).to(device))
+
+    def proba_distribution(self, action_logits: th.Tensor) -> _FactoredCategorical:
+        self._to(action_logits.device)
+        self._logits, self._masks = action_logits, None
+        self._build_distribution()
+        return self
+
+    def apply_masking(self, masks) -> None:
+        """Masks of the joint layout (B, prod(nvec)), or None to remove them."""
+        if masks is None:
+            self._masks = None
+        else:
+            m = th.as_tensor(masks, dtype=th.bool, device=self._logits.device).reshape(len(self._logits), -1)
+            if m.shape[1] != int(np.prod(self.nvec)):
+                raise ValueError(f"JointActionPolicy needs one mask entry per MultiDiscrete action "
+                                 f"({int(np.prod(self.nvec))}: RLAIFSB3VecEnv(mask_layout='joint')), got {m.shape[1]}")
+            self._masks = m[:, self.joint]  # (B, C, S)
+        self._build_distribution()
+
+    def _build_distribution(self) -> None:
+        logits = self._logits
+        b = len(logits)
+        what = logits[:, :self.n_choices]
+        sizes = logits[:, self.n_choices:].reshape(b, len(_SIZED), self.n_sizes)
+        per_choice = sizes[:, self.head.clamp(min=0)]  # (B, C, S)
+        per_choice = th.where(self.head[None, :, None] >= 0, per_choice, th.zeros_like(per_choice))
+        ok = self.allowed[None].expand(b, -1, -1)
+        if self._masks is not None:
+            ok = ok & self._masks
+        what = th.where(ok.any(dim=2), what, th.full_like(what, _NEG))
+        self.distribution = th.distributions.Categorical(logits=what)
+        self.size_logp = th.log_softmax(th.where(ok, per_choice, th.full_like(per_choice, _NEG)), dim=2)
+
+    def _index(self, actions: th.Tensor) -> th.Tensor:
+        flat = (actions.long().reshape(-1, len(self.strides)) * self.strides).sum(dim=1)
+        return self.choice_of[flat]
+
+    def log_prob(self, actions: th.Tensor) -> th.Tensor:
+        a = actions.long().reshape(-1, len(self.strides))
+        c = self._index(a)
+        cc = c.clamp(min=0)
+        z = th.where(self.head[cc] >= 0, a[:, 2], th.zeros_like(a[:, 2]))
+        rows = th.arange(len(a), device=a.device)
+        logp = self.distribution.log_prob(cc) + self.size_logp[rows, cc, z]
+        return th.where(c >= 0, logp, th.full_like(logp, -th.inf))
+
+    def entropy(self) -> th.Tensor:
+        p_size = self.size_logp.exp()
+        h_size = -(p_size * self.size_logp).sum(dim=2)  # (B, C)
+        return self.distribution.entropy() + (self.distribution.probs * h_size).sum(dim=1)
+
+    def _rows(self, c: th.Tensor, z: th.Tensor) -> th.Tensor:
+        rows = self.choices[c].clone()
+        rows[:, 2] = z
+        return rows
+
+    def sample(self) -> th.Tensor:
+        c = self.distribution.sample()
+        rows = th.arange(len(c), device=c.device)
+        z = th.distributions.Categorical(logits=self.size_logp[rows, c]).sample()
+        return self._rows(c, z)
+
+    def mode(self) -> th.Tensor:
+        c = th.argmax(self.distribution.probs, dim=1)
+        rows = th.arange(len(c), device=c.device)
+        return self._rows(c, th.argmax(self.size_logp[rows, c], dim=1))
+
+
+class _JointTable:
+    """What `JointActionPolicy` and `MaskableJointActionPolicy` share: the action table and the factored
+    distribution over it, in place of the per-dimension MultiDiscrete heads."""
+
+    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule, *,
+                 action_table: np.ndarray | Sequence[Sequence[int]] | None = None, **kwargs: Any) -> None:
+        self.action_table = _check_table(action_space, action_table)
+        super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+
+    def _build(self, lr_schedule) -> None:
+        self.action_dist = _FactoredCategorical(self.action_table, np.asarray(self.action_space.nvec))
+        super()._build(lr_schedule)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data = super()._get_constructor_parameters()
+        data["action_table"] = self.action_table.tolist()
+        return data
+
+
+class JointActionPolicy(_JointTable, ActorCriticPolicy):
+    """An actor-critic MLP for the env's own `MultiDiscrete([6, T, 5, 2])` space: what to do, then how much.
+
+    SB3's default policy for a MultiDiscrete space samples kind, target, size and side from four
+    independent heads, so a "buy" is scored by the average of every market and side it happened
+    to be paired with (mostly the wrong ones), and PPO learns to stop buying (docs/training.md).
+    This policy keeps the env's space (the actions it sends and stores are `[kind, target, size,
+    side]` rows) but factors them as the decision is made: one categorical over what to do, the
+    distinct (kind, target, side) of `action_table` (buy YES in market 2, close perp 0, join group
+    1, wait, ...), then the size from a head of that kind (buy, sell and open_perp each have one,
+    shared across markets and sides). log p(action) = log p(kind, target, side) + log p(size | kind).
+
+    Args:
+        action_table: the actions (K, 4) it chooses among, distinct canonical rows (`canonical_actions`):
+            `discrete_action_table(env.params)` gives every distinct action of the env's world (117
+            in the default world: 29 choices of what to do, 5 sizes for each buy, sell and open).
+            None: every canonical action of the space, each target for each kind (the extra rows
+            are perps and groups the world does not have, which it refuses).
+        **kwargs: `ActorCriticPolicy` arguments (`net_arch`, `activation_fn`, ...).
+    """
+
+
+
+def _check_table(action_space: spaces.Space, action_table) -> np.ndarray:
+    if not isinstance(action_space, spaces.MultiDiscrete):
+        raise ValueError(f"JointActionPolicy is for the MultiDiscrete face, got {action_space}")
+    nvec = np.asarray(action_space.nvec, dtype=np.int64)
+    table = _every_action(nvec) if action_table is None else np.asarray(action_table, dtype=np.int64)
+    if table.ndim != 2 or table.shape[1] != len(nvec) or np.any(table < 0) or np.any(table >= nvec):
+        raise ValueError(f"action_table must be rows of {len(nvec)} ints with 0 <= row[i] < {nvec.tolist()}, "
+                         f"got shape {table.shape}")
+    canon = canonical_actions(table)
+    if len({tuple(r) for r in canon.tolist()}) != len(table) or not np.array_equal(canon, table):
+        raise ValueError("action_table rows must be distinct canonical actions (see canonical_actions)")
+    return table
+
+
+if MaskableActorCriticPolicy is not None:
+
+    class MaskableJointActionPolicy(_JointTable, MaskableActorCriticPolicy):
+        """`JointActionPolicy` for sb3-contrib's `MaskablePPO`, with exact masks.
+
+        Needs the env's joint mask layout, one entry per MultiDiscrete action
+        (`RLAIFSB3VecEnv(mask_layout="joint")`) and `JointMaskRolloutBuffer` (MaskablePPO's own
+        buffer stores the per-dimension layout): `masked_ppo` builds the three together.
+        """
+
+    class JointMaskRolloutBuffer(MaskableRolloutBuffer):
+        """MaskablePPO's rollout buffer with one mask entry per MultiDiscrete action (the joint layout)."""
+
+        def reset(self) -> None:
+            super().reset()
+            self.mask_dims = int(np.prod(self.action_space.nvec))
+            self.action_masks = np.ones((self.buffer_size, self.n_envs, self.mask_dims), dtype=np.float32)
+
+
+def __getattr__(name: str):
+    if name in ("MaskableJointActionPolicy", "JointMaskRolloutBuffer"):
+        raise DependencyNotInstalled(f'{name} needs sb3-contrib (MaskablePPO): pip install "rlaif-gym[sb3]"')
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _every_action(nvec: np.ndarray) -> np.ndarray:
+    """Every distinct canonical action of a MultiDiscrete([6, T, 5, 2]) space, each target valid for each kind."""
+    grid = np.stack(np.meshgrid(*[np.arange(int(n)) for n in nvec], indexing="ij"), axis=-1).reshape(-1, len(nvec))
+    return np.unique(canonical_actions(grid), axis=0)
+
+
 class RLAIFSB3VecEnv(VecEnv):
     """`RLAIF-v0` as an SB3 VecEnv over one batched core (no per-env Python objects, no processes).
 
@@ -111,22 +351,30 @@ class RLAIFSB3VecEnv(VecEnv):
         num_envs: number of worlds.
         config: an `RLAIFEnvConfig`, a mapping or None; `overrides` are config fields.
         seed: seeds worlds `seed + i` at the first reset, as `make_vec_env(..., seed=seed)` does.
-        action_mode: `"multidiscrete"` (the env's own `MultiDiscrete([6, T, 5, 2])`) or `"discrete"`
-            (`Discrete(K)` over the rows of `action_table`: the same actions as one joint choice; a
-            categorical policy learns "buy YES in the market whose news says YES" much faster with
-            it, because the four MultiDiscrete heads are sampled independently of each other).
+        action_mode: `"multidiscrete"` (the env's own `MultiDiscrete([6, T, 5, 2])`; train it with
+            `JointActionPolicy`, not SB3's default MultiDiscrete policy, whose four independent
+            heads learn nothing here) or `"discrete"` (`Discrete(K)` over the rows of `action_table`:
+            the same actions as one joint choice).
         action_table: the rows of the discrete mode (default `discrete_action_table(params)`, every
             action); pass a subset, e.g. `discrete_action_table(params, buy_sizes=[3], sell_sizes=[4])`.
+        mask_layout: the multidiscrete mode's `action_masks()`: `"dims"` (per-dimension masks, 6 + T +
+            5 + 2 per world, sb3-contrib's MultiDiscrete layout) or `"joint"` (one exact entry per
+            MultiDiscrete action, 6 x T x 5 x 2, for `MaskableJointActionPolicy`). The discrete mode's
+            masks are always exact, one entry per table row.
 
     Info per world: the single env's keys (`reward_components`, `pnl_delta`, `equity`, `cash`,
-    `feedback`, `tick`), plus `TimeLimit.truncated` and, at an episode's end,
+    `feedback`, `tick`), plus `action_mask` (that world's row of `action_masks()`, for the state
+    the next action applies to), `TimeLimit.truncated` and, at an episode's end,
     `terminal_observation`. Wrap it in `VecMonitor` for `info["episode"]`. With an `archetype`, each
     world keeps its own behaviour tracker (the `behavior` component, as `make_vec_env` would pay it).
     """
 
     def __init__(self, num_envs: int = 8, config: RLAIFEnvConfig | Mapping[str, Any] | None = None, *,
                  seed: int | None = None, action_mode: str = "multidiscrete", action_table: np.ndarray | None = None,
-                 **overrides: Any) -> None:
+                 mask_layout: str = "dims", **overrides: Any) -> None:
+        if mask_layout not in ("dims", "joint"):
+            raise ValueError(f"mask_layout must be 'dims' or 'joint', got {mask_layout!r}")
+        self.mask_layout = mask_layout
         self.config = RLAIFEnvConfig.from_any(config, **overrides)
         self.render_mode = None
         self.core = RLAIFCore(self.config, num_worlds=int(num_envs))
@@ -149,6 +397,7 @@ class RLAIFSB3VecEnv(VecEnv):
         super().__init__(int(num_envs), spaces.Box(layout.low, layout.high, dtype=np.float32), action_space)
         self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
         self._actions: np.ndarray | None = None
+        self._masks: np.ndarray | None = None
         if seed is not None:
             self.seed(seed)
 
@@ -167,9 +416,11 @@ class RLAIFSB3VecEnv(VecEnv):
         if self._behavior is not None:
             self._behavior.reset()
         state = self.core.state
-        equity = sim.equity(state)
-        self.reset_infos = [{"equity": float(equity[i]), "cash": float(state.cash[i]), "tick": 0}
-                            for i in range(self.num_envs)]
+        equity = sim.equity(state, self.core.params)
+        self._masks = None
+        masks = self.action_masks()
+        self.reset_infos = [{"equity": float(equity[i]), "cash": float(state.cash[i]), "tick": 0,
+                             "action_mask": masks[i]} for i in range(self.num_envs)]
         self._reset_seeds()
         self._reset_options()
         return obs
@@ -221,7 +472,27 @@ class RLAIFSB3VecEnv(VecEnv):
             for i in idx:
                 infos[i]["terminal_observation"] = obs[i]
             obs = np.where(done[:, None], new_obs, obs)
+        self._masks = None
+        masks = self.action_masks()
+        for i, info in enumerate(infos):
+            info["action_mask"] = masks[i]
         return obs, res.reward.astype(np.float32), done, infos
+
+    def action_masks(self) -> np.ndarray:
+        """Which actions the world would accept now, bool (num_envs, mask size); `info["action_mask"]` holds the rows.
+
+        `action_mode="multidiscrete"`: per-dimension masks, 6 + T + 5 + 2 per world (kind, target,
+        size, side), the layout sb3-contrib's `MaskablePPO` takes for a `MultiDiscrete` space;
+        `"discrete"`: one entry per row of `action_table`, exact (True iff the world accepts that row).
+        The masks are of the state the next action applies to (for a world that just reset, its new
+        episode's first state), computed once per step.
+        """
+        if self._masks is None:
+            if self.core.state is None:
+                raise RuntimeError("call reset() before action_masks()")
+            self._masks = _mask.action_masks(self.core.state, self.params, self.config.numeric_perp_leverage,
+                                             self.action_table, self.mask_layout)
+        return self._masks
 
     def close(self) -> None:
         """Nothing to release: the worlds are arrays."""
@@ -241,6 +512,8 @@ class RLAIFSB3VecEnv(VecEnv):
 
     def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list[Any]:
         """Not supported: there are no per-world env objects; use a single `RLAIF-v0` env."""
+        if method_name == "action_masks" and not method_args and not method_kwargs:
+            return list(self.action_masks()[self._indices(indices)])
         raise NotImplementedError(f"RLAIFSB3VecEnv has no per-world env objects to call {method_name!r} on; "
                                   "use make_vec_env('RLAIF-v0') for env methods")
 
@@ -364,12 +637,15 @@ class SB3BatchPolicy:
 
     Args:
         model: any SB3 algorithm trained on `RLAIF-v0` observations (MultiDiscrete actions, or Discrete
-            ones from `RLAIFSB3VecEnv(action_mode="discrete")`).
+            ones from `RLAIFSB3VecEnv(action_mode="discrete")`), sb3-contrib's `MaskablePPO` included.
         deterministic: take the most likely action (the usual evaluation setting).
         action_table: the rows behind Discrete actions (default: the model's env's `action_table`).
+        config: the world's config, for the action masks of a model whose `predict` takes
+            `action_masks` (MaskablePPO); default: the model's env's.
     """
 
-    def __init__(self, model: Any, deterministic: bool = True, action_table: np.ndarray | None = None) -> None:
+    def __init__(self, model: Any, deterministic: bool = True, action_table: np.ndarray | None = None,
+                 config: RLAIFEnvConfig | Mapping[str, Any] | None = None) -> None:
         self.model, self.deterministic = model, deterministic
         self.table = None
         if isinstance(model.action_space, spaces.Discrete):
@@ -383,10 +659,33 @@ class SB3BatchPolicy:
             if len(self.table) != model.action_space.n:
                 raise ValueError(f"action_table has {len(self.table)} rows but the model has {model.action_space.n} "
                                  "actions")
+        self.masked = "action_masks" in inspect.signature(model.predict).parameters
+        self.config = None
+        if self.masked:
+            if config is None:
+                env = model.get_env()
+                if env is None:
+                    raise ValueError("a masked model (MaskablePPO) needs `config` (or its env) to compute its masks")
+                config = env.get_attr("config")[0]
+            self.config = RLAIFEnvConfig.from_any(config)
+            self.params = world_params(self.config)
+            # A joint-action policy takes one mask entry per action; SB3's own heads one per entry of each dimension.
+            self.layout = "joint" if isinstance(getattr(model.policy, "action_dist", None), _FactoredCategorical) \
+                else "dims"
 
     def act(self, obs: np.ndarray, state: sim.WorldState | None = None) -> np.ndarray:
-        """Actions (B, 4) for observations (B, D); the world state is never read."""
-        actions, _ = self.model.predict(obs, deterministic=self.deterministic)
+        """Actions (B, 4) for observations (B, D).
+
+        A masked model (MaskablePPO) also gets the action masks of `state`, which read only the
+        account and the public prices; no other model reads the state.
+        """
+        kwargs = {}
+        if self.masked:
+            if state is None:
+                raise ValueError("a masked model (MaskablePPO) needs the world state for its action masks")
+            kwargs["action_masks"] = _mask.action_masks(state, self.params, self.config.numeric_perp_leverage,
+                                                        self.table, self.layout)
+        actions, _ = self.model.predict(obs, deterministic=self.deterministic, **kwargs)
         actions = np.asarray(actions, dtype=np.int64)
         return self.table[actions] if self.table is not None else actions
 
@@ -401,7 +700,7 @@ def evaluate_against_baselines(model: Any, seeds: Sequence[int], config: RLAIFEn
     """
     cfg = RLAIFEnvConfig.from_any(config)
     core = RLAIFCore(cfg, num_worlds=len(seeds))
-    agents = {name: SB3BatchPolicy(model, deterministic, action_table),
+    agents = {name: SB3BatchPolicy(model, deterministic, action_table, cfg),
               "InformedAgent": InformedAgent(core, seed=agent_seed),
               "PassiveAgent": PassiveAgent(core, seed=agent_seed), "RandomAgent": RandomAgent(core, seed=agent_seed)}
     return {label: evaluate_policy(agent, list(seeds), cfg, core=core) for label, agent in agents.items()}

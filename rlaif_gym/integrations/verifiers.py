@@ -38,16 +38,18 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 from .. import sim
 from .._version import __version__
 from ..config import RLAIFEnvConfig
+from ..envs.decisions import WAIT_REPLY, decision_points
+from ..envs.inputs import check_seed
 from ..envs.rlaif_env import EnvSnapshot
 from ..envs.text_env import RLAIFTextEnv
-from ..errors import DependencyNotInstalled
+from ..errors import ConfigError, DependencyNotInstalled
 from ..llm import ScriptedLLM
 from ..llm_judge import load_template, parse_absolute, render_messages, trajectory_data
 from ..rewards.archetypes import DEFAULT_ARCHETYPE, load_rubrics, normalize_archetype
@@ -101,22 +103,39 @@ _SCRIPTED = ScriptedLLM()
 # -- tasks --------------------------------------------------------------------------------------------
 
 
+def _seed(value: object) -> int:
+    """A task's seed, checked as the OpenEnv server and the TRL adapter check one (`rlaif_gym.envs.inputs`);
+    the decimal text of one is accepted too, as verifiers' command line passes it."""
+    seed = check_seed(value, "seed", strings=True)
+    if seed is None:
+        raise ConfigError("seed must be an integer in [0, 2**63 - 1], got None; every task needs a seed")
+    return seed
+
+
+Seed = Annotated[int, BeforeValidator(_seed)]
+"""An int field that refuses what `check_seed` refuses (1.5, True, -1, "abc"), rather than converting it."""
+
+
 class RLAIFFork(BaseModel):
     """A fork point: the state reached from `reset(seed)` by playing `replies`, one per tick."""
 
-    seed: int
+    seed: Seed
     replies: list[str] = Field(default_factory=list)
 
 
 class RLAIFTaskData(vf.TaskData):
     """One task: a seed, the env config overrides and the replies from reset to the task's start."""
 
-    seed: int
+    seed: Seed
     """The `reset(seed=...)` of the episode."""
     env_config: dict[str, Any] = Field(default_factory=dict)
     """`RLAIFEnvConfig` overrides (JSON form)."""
     fork_replies: list[str] = Field(default_factory=list)
     """Replies played from reset to the start of the task (empty: the task starts at reset)."""
+    horizon: int | None = Field(None, ge=1)
+    """Ticks a rollout plays from the start (None: to the end of the episode)."""
+    decisions: int | None = Field(None, ge=1)
+    """Ticks of the horizon the model answers (None: all); a clean wait plays the rest."""
 
 
 class RLAIFTask(vf.Task[RLAIFTaskData, vf.State, vf.TaskConfig]):
@@ -126,7 +145,8 @@ class RLAIFTask(vf.Task[RLAIFTaskData, vf.State, vf.TaskConfig]):
     def key(self) -> str:
         """Stable identity: seed, config and fork replies (not the load position)."""
         d = self.data
-        ident = json.dumps({"seed": d.seed, "config": d.env_config, "fork": d.fork_replies}, sort_keys=True)
+        ident = json.dumps({"seed": d.seed, "config": d.env_config, "fork": d.fork_replies, "horizon": d.horizon,
+                            "decisions": d.decisions}, sort_keys=True)
         return hashlib.sha256(ident.encode()).hexdigest()
 
     def make_env(self) -> RLAIFTextEnv:
@@ -152,14 +172,27 @@ class RLAIFTasksetConfig(vf.TasksetConfig):
 
     num_tasks: int = Field(8, ge=1)
     """Tasks from consecutive seeds `seed`, `seed + 1`, ... (ignored when `seeds` is set)."""
-    seed: int = 0
+    seed: Seed = 0
     """The first seed."""
-    seeds: list[int] | None = None
+    seeds: list[Seed] | None = None
     """Explicit seeds, one task each."""
     fork_at: int = Field(0, ge=0)
     """Ticks the offline scripted policy plays from reset before each seed's task starts."""
     forks: list[RLAIFFork] = Field(default_factory=list)
     """Extra tasks at explicit fork points (seed + replies), after the seed tasks."""
+    decision_points: bool = False
+    """Start each seed's task at a decision point (`rlaif_gym.envs.decisions`): after a seeded start, the
+    first tick where a market resolves within `resolves_within` ticks and the prompt names it (a seed whose
+    episode has none gives no task). Replaces `fork_at`."""
+    resolves_within: int = Field(12, ge=1)
+    """Decision points: the market resolves within this many ticks."""
+    min_evidence: int = Field(1, ge=0)
+    """Decision points: at least this many feed items of the prompt name the market."""
+    horizon: int | None = Field(None, ge=1)
+    """Ticks each rollout plays (None: to the end of the episode)."""
+    decisions: int | None = Field(None, ge=1)
+    """Ticks of the horizon the model answers (None: all; 1 with decision points: a single decision); a clean
+    wait plays the rest."""
     config: RLAIFEnvConfig = Field(default_factory=RLAIFEnvConfig)
     """The env config (`--env.taskset.config.num-ticks 5`, ...)."""
 
@@ -177,8 +210,13 @@ class RLAIFTaskset(vf.Taskset[RLAIFTask, RLAIFTasksetConfig]):
         cfg = self.config
         overrides = cfg.config.model_dump(mode="json", exclude_defaults=True)
         seeds = cfg.seeds if cfg.seeds is not None else [cfg.seed + i for i in range(cfg.num_tasks)]
-        points = [RLAIFFork(seed=s, replies=self._scripted_prefix(s, overrides)) for s in seeds] + list(cfg.forks)
-        return [self._task(p, overrides) for p in points]
+        if cfg.decision_points:
+            found = decision_points(seeds, cfg.config, resolves_within=cfg.resolves_within,
+                                    min_evidence=cfg.min_evidence, horizon=cfg.horizon or 1)
+            points = [RLAIFFork(seed=p.seed, replies=list(p.replies)) for p in found]
+        else:
+            points = [RLAIFFork(seed=s, replies=self._scripted_prefix(s, overrides)) for s in seeds]
+        return [self._task(p, overrides) for p in [*points, *cfg.forks]]
 
     def _scripted_prefix(self, seed: int, overrides: dict[str, Any]) -> list[str]:
         if not self.config.fork_at:
@@ -195,7 +233,8 @@ class RLAIFTaskset(vf.Taskset[RLAIFTask, RLAIFTasksetConfig]):
         return replies
 
     def _task(self, point: RLAIFFork, overrides: dict[str, Any]) -> RLAIFTask:
-        probe = RLAIFTask(RLAIFTaskData(seed=point.seed, env_config=overrides, fork_replies=point.replies),
+        probe = RLAIFTask(RLAIFTaskData(seed=point.seed, env_config=overrides, fork_replies=point.replies,
+                                        horizon=self.config.horizon, decisions=self.config.decisions),
                           self.config.task)
         env = probe.make_env()
         tick = len(point.replies)
@@ -339,20 +378,34 @@ class RLAIFEnvironment(vf.Env[RLAIFEnvironmentConfig]):
             "reward_weights": env.reward_weights, "scheme": fn.scheme, "coefficients": dict(fn.coefficients),
             "status": "running", "steps": [],
         }
+        horizon, decisions = task.data.horizon, task.data.decisions
+
+        def play(reply: str) -> tuple[str, bool]:
+            nonlocal account
+            t = len(record["steps"])
+            before = account_before(env, account, config)
+            prompt, numeric = env.prompt, env.numeric_observation.tolist()
+            next_prompt, reward, terminated, truncated, info = env.step(reply)
+            account = info
+            step = step_record(t, before, LLMCall(model=""), prompt, numeric, reward, info)
+            record["steps"].append(step.model_dump(mode="json", exclude={"llm_calls"}))
+            if terminated or truncated:
+                record["status"] = "terminated" if terminated else "truncated"
+            elif horizon is not None and len(record["steps"]) >= horizon:
+                record["status"] = "horizon"
+            return next_prompt, record["status"] != "running"
+
         async with agents.agent.interaction(task) as interaction:
             interaction.trace.info[INFO_KEY] = record
             segment = await interaction.turn()
             while not segment.terminated:
-                reply = _reply_text(segment)
-                t = len(record["steps"])
-                before = account_before(env, account, config)
-                prompt, numeric = env.prompt, env.numeric_observation.tolist()
-                next_prompt, reward, terminated, truncated, info = env.step(reply)
-                account = info
-                step = step_record(t, before, LLMCall(model=""), prompt, numeric, reward, info)
-                record["steps"].append(step.model_dump(mode="json", exclude={"llm_calls"}))
-                if terminated or truncated:
-                    record["status"] = "terminated" if terminated else "truncated"
+                next_prompt, ended = play(_reply_text(segment))
+                if not ended and decisions is not None and len(record["steps"]) >= decisions:
+                    record["continued"] = 0
+                    while not ended:  # the model's decisions are made: a clean wait plays out the horizon
+                        _, ended = play(WAIT_REPLY)
+                        record["continued"] += 1
+                if ended:
                     break
                 segment = await interaction.turn(next_prompt)
             else:
@@ -361,7 +414,7 @@ class RLAIFEnvironment(vf.Env[RLAIFEnvironmentConfig]):
 
 def _account(env: RLAIFTextEnv) -> dict[str, float]:
     state = env.state
-    return {"equity": float(sim.equity(state)[0]), "cash": float(state.cash[0])}
+    return {"equity": float(sim.equity(state, env.params)[0]), "cash": float(state.cash[0])}
 
 
 def _reply_text(segment: Any) -> str:
@@ -391,9 +444,26 @@ def _record_env_rewards(trace: vf.Trace, record: Mapping[str, Any]) -> None:
 
 
 def load_environment(**taskset: Any) -> RLAIFEnvironment:
-    """This env through verifiers' own loader, e.g. `load_environment(num_tasks=2, config={"num_ticks": 3})`."""
-    config = vf.resolve_env_config({"taskset": {"id": TASKSET_ID, **taskset}})
+    """This env through verifiers' own loader, e.g. `load_environment(num_tasks=2, config={"num_ticks": 3})`.
+
+    Raises:
+        ConfigError: a taskset option or env config field that is unknown or out of its bound, one line per
+            problem, naming the option (e.g. ``taskset.config: ... market_duration_max ...``).
+    """
+    try:
+        config = vf.resolve_env_config({"taskset": {"id": TASKSET_ID, **taskset}})
+    except ValidationError as exc:
+        raise ConfigError(_friendly(exc)) from None
     return vf.load_environment(config)
+
+
+def _friendly(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "taskset"
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{where}: {message}")
+    return "invalid rlaif-gym-verifiers options: " + "; ".join(parts)
 
 
 def fork_point(trajectory: Trajectory, step: int) -> RLAIFFork:

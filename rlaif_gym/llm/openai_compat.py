@@ -106,7 +106,10 @@ def _loads(raw: bytes, orjson: Any) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(raw)
+        try:
+            return json.loads(raw)
+        except RecursionError:  # a body nested past the parser's depth: malformed, like any other non-JSON
+            raise ValueError("malformed response: the JSON is nested too deeply to read") from None
 
 
 def _status_message(status: int, raw: bytes) -> str:
@@ -114,7 +117,7 @@ def _status_message(status: int, raw: bytes) -> str:
     message = f"Error code: {status}"
     try:
         body = json.loads(raw.decode("utf-8", "replace").strip())
-    except ValueError:
+    except (ValueError, RecursionError):
         return message
     error = body.get("error", body) if isinstance(body, dict) else None
     detail = error.get("message") if isinstance(error, dict) else None

@@ -113,7 +113,7 @@ def read_judge_scores(path: str | os.PathLike[str]) -> dict[str, float | None]:
             try:
                 record = json.loads(line)
                 out[record["trajectory_id"]] = record["score"]
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
                 raise ConfigError(f"{path}:{number} is not a judge score record ({exc}); pass a scores.<mode>.jsonl "
                                   "file written by rlaif-gym judge") from None
     return out

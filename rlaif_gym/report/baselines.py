@@ -70,7 +70,7 @@ def baseline_curves(config: RLAIFEnvConfig | Mapping[str, Any] | None, seeds: Se
         agent = BASELINE_AGENTS[name](core, seed=0)
         obs = core.reset(keys)
         eq = np.empty((len(seeds), ticks + 1))
-        eq[:, 0] = sim.equity(core.state)
+        eq[:, 0] = sim.equity(core.state, core.params)
         path = [core.state.perp_price.copy()]
         done = np.zeros(len(seeds), dtype=bool)
         for t in range(ticks):

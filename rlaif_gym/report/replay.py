@@ -266,7 +266,7 @@ def _replay_batch(cfg: RLAIFEnvConfig, trajs: list[Trajectory]) -> list[_Book]:
     books = [_Book(t, params.num_perps, core.state.perp_price[b].copy()) for b, t in enumerate(trajs)]
     for i in range(max(len(t.steps) for t in trajs)):
         st = core.state
-        equity = sim.equity(st)
+        equity = sim.equity(st, params)
         actions: list[sim.Action | None] = []
         rows: list[tuple] = []
         for b, book in enumerate(books):

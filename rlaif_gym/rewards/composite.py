@@ -24,6 +24,12 @@ archetype row's pnl weight (`unit`: .5 for the default row), so with the row's o
 * `behavior_t` is the archetype's behaviour score change (potential-based), so its sum is the
   episode's behaviour score; with `social-butterfly` (pnl .10, behavior .55) it dominates, with
   `trader` (.55, .10) PnL does.
+* `truth_mark_t` (only with `reward_mark="truth"`, a training option) = pnl_scale x (Phi(s') - Phi(s)) /
+  starting_cash, Phi = `sim.truth_potential`: the held shares at the hidden p* less what they would
+  fetch now. Potential-based shaping (Ng, Harada & Russell 1999): a bet is credited at its own tick
+  with its expected value, the per-step values sum to Phi(s_T) (0 once every position has resolved),
+  and the optimal policy is unchanged. Its coefficient is tied to pnl's, like risk's. It reads the
+  hidden truth, in the reward only: prompts, observations and feedback are the same with or without it.
 
 **original** (Babylon's composite, for porting code; BABYLON.md §5.2-§5.5):
 
@@ -33,9 +39,9 @@ with pnl = clip(10 x pnl_delta / starting_cash, -1, 1), risk a flat -0.5 per buy
 exposure, and format in [-1, 1] (+1 for a clean reply). Its return does not rank traders: every
 valid reply earns format and reasoning income each tick, the per-step clip saturates a
 resolution's gain while small losses accumulate, and a flat risk charge per buy punishes the
-oracle hardest. On 100 held-out seeds (`make ranking`) the oracle, which makes about +55,000 USD,
-gets the lowest numeric return (-15.4), a boilerplate hold returns as much as the informed text
-policy (64.9 each), and Spearman(return, PnL) is -0.18 (numeric) and 0.06 (text).
+oracle hardest. On 100 held-out seeds (`make ranking`) the oracle, which makes about +38,600 USD,
+gets the lowest numeric return (-48.8), a boilerplate hold returns more than the informed text
+policy (64.9 against 62.2), and Spearman(return, PnL) is -0.45 (numeric) and 0.02 (text).
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from .components import (
 __all__ = [
     "COMPONENT_NAMES",
     "DEFAULT_WEIGHTS",
+    "REWARD_MARKS",
     "REWARD_SCHEMES",
     "SCHEME_DEFAULTS",
     "RewardFunction",
@@ -66,7 +73,8 @@ __all__ = [
     "resolve_weights",
 ]
 
-COMPONENT_NAMES: tuple[str, ...] = ("pnl", "format", "reasoning", "behavior", "risk")
+COMPONENT_NAMES: tuple[str, ...] = ("pnl", "format", "reasoning", "behavior", "risk", "truth_mark")
+REWARD_MARKS: tuple[str, ...] = ("market", "truth")
 REWARD_SCHEMES: tuple[str, ...] = ("skill", "original")
 SCHEME_DEFAULTS: dict[str, dict[str, float]] = {
     "skill": {"pnl_scale": 1.0, "risk_penalty": 0.1},
@@ -105,6 +113,13 @@ def resolve_weights(archetype: str | None, overrides: Mapping[str, float] | None
     if overrides and "pnl" in overrides and "risk" not in overrides:
         weights["risk"] = float(overrides["pnl"])
     weights.update({k: float(v) for k, v in (overrides or {}).items()})
+    return weights
+
+
+def _with_truth_mark(weights: dict[str, float], overrides: Mapping[str, float] | None) -> dict[str, float]:
+    """`weights` plus truth_mark at the (final) pnl weight, unless the overrides set it."""
+    if "truth_mark" not in (overrides or {}):
+        weights = {**weights, "truth_mark": weights["pnl"]}
     return weights
 
 
@@ -167,20 +182,27 @@ class RewardFunction:
     risk_threshold: float
     risk_penalty: float
     form_scale: float
+    mark: str = "market"
     coefficients: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
         if self.scheme not in REWARD_SCHEMES:
             raise ConfigError(f"reward_scheme must be one of {REWARD_SCHEMES}, got {self.scheme!r}")
+        if self.mark not in REWARD_MARKS or (self.mark == "truth" and self.scheme != "skill"):
+            raise ConfigError(f"reward_mark must be one of {REWARD_MARKS} ('truth' with the skill scheme only), "
+                              f"got {self.mark!r}")
         object.__setattr__(self, "coefficients", self._coefficients())
 
     @classmethod
     def from_config(cls, config: RLAIFEnvConfig, archetype: str | None) -> RewardFunction:
         """The reward of `config` for an (already normalised) archetype."""
         defaults = SCHEME_DEFAULTS[config.reward_scheme]
+        weights = resolve_weights(archetype, config.reward_weights)
+        if config.reward_mark == "truth":
+            weights = _with_truth_mark(weights, config.reward_weights)
         return cls(
             scheme=config.reward_scheme,
-            weights=resolve_weights(archetype, config.reward_weights),
+            weights=weights,
             unit=resolve_weights(archetype)["pnl"],
             starting_cash=config.starting_cash,
             num_ticks=config.num_ticks,
@@ -189,6 +211,7 @@ class RewardFunction:
             risk_threshold=config.risk_threshold,
             risk_penalty=defaults["risk_penalty"] if config.risk_penalty is None else config.risk_penalty,
             form_scale=config.form_scale,
+            mark=config.reward_mark,
         )
 
     def _coefficients(self) -> dict[str, float]:
@@ -206,6 +229,7 @@ class RewardFunction:
         format_score: np.ndarray | None = None,
         reasoning: np.ndarray | None = None,
         behavior: np.ndarray | None = None,
+        truth_gain: np.ndarray | None = None,
     ) -> dict[str, np.ndarray]:
         """The raw components of a batch of transitions (B,) under this scheme.
 
@@ -215,6 +239,8 @@ class RewardFunction:
                 reports it as a penalty, `format_penalty(format_score)`.
             reasoning: the rule judge's reasoning score in [0, 1] (text face).
             behavior: the archetype behaviour score's change this step.
+            truth_gain: with `mark="truth"`, the change of `sim.truth_potential` over the transition, USD
+                (required then, ignored otherwise).
         """
         if self.scheme == "skill":
             comps = {
@@ -236,6 +262,11 @@ class RewardFunction:
             comps["reasoning"] = np.asarray(reasoning, np.float64)
         if behavior is not None:
             comps["behavior"] = np.asarray(behavior, np.float64)
+        if self.mark == "truth":
+            if truth_gain is None:
+                raise ValueError("reward_mark='truth' needs the transition's truth_gain (sim.truth_potential after "
+                                 "minus before)")
+            comps["truth_mark"] = self.pnl_scale * np.asarray(truth_gain, np.float64) / self.starting_cash
         return comps
 
     def combine(self, components: Mapping[str, np.ndarray], bankrupt: np.ndarray) -> np.ndarray:

@@ -37,7 +37,7 @@ import logging
 import math
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -46,6 +46,7 @@ import gymnasium as gym
 from .._version import __version__ as _pkg_version
 from ..agents.llm import LLMAgent
 from ..config import RLAIFEnvConfig
+from ..envs.decisions import DecisionPoint
 from ..errors import ConfigError
 from ..llm import LLMError
 from ..trajectory import (
@@ -91,11 +92,16 @@ class EpisodeSpec:
 
 @dataclass(frozen=True)
 class ForkGroup:
-    """One planned GRPO group of `collect_forks`: a trunk to `fork_tick`, then one branch per member."""
+    """One planned GRPO group of `collect_forks`: a trunk to `fork_tick`, then one branch per member.
+
+    With `start` (a decision point's `EnvSnapshot`, `collect_decisions`) there is no trunk to play: the
+    branches start from that state, and `horizon` caps their ticks (None: to the end of the episode)."""
 
     env_seed: int
     fork_tick: int
     members: tuple[EpisodeSpec, ...]
+    start: Any = None
+    horizon: int | None = None
 
 
 @dataclass
@@ -230,6 +236,41 @@ class RolloutCollector:
             out.append(ForkGroup(env_seed, fork_tick, members))
         return out
 
+    def plan_decisions(self, points: Sequence[DecisionPoint], horizon: int | None = None) -> list[ForkGroup]:
+        """One group per decision point (`rlaif_gym.envs.decisions`), `group_size` branches from its state."""
+        if horizon is not None and horizon < 1:
+            raise ConfigError(f"horizon must be None or >= 1, got {horizon}")
+        out = []
+        for p in points:
+            if p.config != self.config:
+                raise ConfigError(f"decision point (seed {p.seed}, tick {p.tick}) comes from another config than the "
+                                  "collector's; find the points with the collector's env_config")
+            group_id = f"{self.run_name}-s{p.seed}-t{p.tick}"
+            members = tuple(EpisodeSpec(f"{group_id}-m{m}", p.seed, m, group_id) for m in range(self.group_size))
+            out.append(ForkGroup(p.seed, p.tick, members, p.snapshot, horizon))
+        return out
+
+    def collect_decisions(self, points: Sequence[DecisionPoint], *, horizon: int | None = None,
+                          resume: bool = False, retry_failed: bool = False) -> CollectionSummary:
+        """GRPO groups that start at decision points (blocking): see `collect_decisions_async`."""
+        return asyncio.run(self.collect_decisions_async(points, horizon=horizon, resume=resume,
+                                                        retry_failed=retry_failed))
+
+    async def collect_decisions_async(self, points: Sequence[DecisionPoint], *, horizon: int | None = None,
+                                      resume: bool = False, retry_failed: bool = False) -> CollectionSummary:
+        """One group of `group_size` branches per decision point, each played by the agent from the point's state.
+
+        A decision point (`rlaif_gym.envs.decisions.decision_points`) is a state where a market resolves soon and
+        the prompt names it, so a group's replies can differ in value. Branches play `horizon` ticks (None: to the
+        end of the episode); their `step_number` is the tick. Group ids are `<run>-s<seed>-t<tick>`.
+        """
+        plan = self.plan_decisions(points, horizon)
+        specs = [m for g in plan for m in g.members]
+        manifest = self.manifest(len(specs), points[0].seed if points else 0)
+        manifest["decision_points"] = [[p.seed, p.tick] for p in points]
+        manifest["horizon"] = horizon
+        return await self._run(specs, plan, manifest, resume, False, retry_failed)
+
     def manifest(self, episodes: int, seed: int, fork_tick: int | None = None,
                  include_trunk: bool = False) -> dict[str, Any]:
         """What identifies a run, so that `--resume` can refuse to mix two different runs."""
@@ -308,7 +349,7 @@ class RolloutCollector:
             previous = self.sink.read_manifest()
             if previous is not None and resume:
                 changed = [k for k in ("run_name", "seed", "group_size", "env_id", "config", "max_ticks", "fork_tick",
-                                     "include_trunk")
+                                     "include_trunk", "decision_points", "horizon")
                            if previous.get(k) != manifest.get(k)]
                 if _policy(previous.get("agent")) != _policy(manifest.get("agent")):
                     changed.append(f"agent (stored {_policy(previous.get('agent'))}, now "
@@ -340,8 +381,8 @@ class RolloutCollector:
         units: list[EpisodeSpec | ForkGroup] = list(todo)
         if fork_plan is not None:
             wanted = {s.trajectory_id for s in todo}
-            units = [ForkGroup(g.env_seed, g.fork_tick, tuple(m for m in g.members if m.trajectory_id in wanted))
-                     for g in fork_plan]
+            units = [ForkGroup(g.env_seed, g.fork_tick, tuple(m for m in g.members if m.trajectory_id in wanted),
+                               g.start, g.horizon) for g in fork_plan]
             units = [g for g in units if g.members]
 
         # Running totals, never per-trajectory lists: a collection of 100,000 trajectories runs in bounded memory.
@@ -351,8 +392,9 @@ class RolloutCollector:
         limit = self.max_ticks or self.config.num_ticks
         if fork_plan is None:
             planned_ticks = len(todo) * limit
-        else:  # each group's trunk once, then its branches from the fork tick
-            planned_ticks = sum(g.fork_tick + len(g.members) * (limit - g.fork_tick) for g in units)
+        else:  # each group's trunk once (none from a decision point), then its branches from the fork tick
+            planned_ticks = sum((0 if g.start is not None else g.fork_tick)
+                                + len(g.members) * (_branch_limit(g, limit) - g.fork_tick) for g in units)
         display = ProgressDisplay(progress_mode(self.progress), len(todo), planned_ticks)
         start = time.perf_counter()
 
@@ -481,14 +523,22 @@ class RolloutCollector:
 
     async def _fork_group(self, group: ForkGroup, include_trunk: bool,
                           display: ProgressDisplay) -> AsyncIterator[Trajectory]:
-        """Play the trunk to the fork tick, fork the env, and play every branch on (concurrently)."""
+        """Play the trunk to the fork tick (or restore the group's decision point), fork the env, and play every
+        branch on (concurrently)."""
         trunk_spec = EpisodeSpec(f"{group.members[0].group_id}-trunk", group.env_seed, 0, group.members[0].group_id)
         env = gym.make(self.env_id, config=self.config, disable_env_checker=True)
         wall0 = time.perf_counter()
         try:
-            async with self._episode_slots:
-                steps, failed_calls, errors, status, end = await self._play(env, trunk_spec, display, None,
-                                                                            group.fork_tick)
+            if group.start is not None:
+                base = env.unwrapped
+                base.set_state(group.start)
+                info = {"equity": base.view.equity, "cash": base.view.cash, "tick": group.fork_tick}
+                steps, failed_calls, errors, status = [], [], [], "completed"
+                end = _Start(env, base.system_prompt, base.prompt, info, group.fork_tick, [])
+            else:
+                async with self._episode_slots:
+                    steps, failed_calls, errors, status, end = await self._play(env, trunk_spec, display, None,
+                                                                                group.fork_tick)
             if status == "completed" and end is not None and end.tick == group.fork_tick:
                 branches = env.unwrapped.fork(len(group.members))
             else:
@@ -501,7 +551,7 @@ class RolloutCollector:
         finally:
             env.close()
         trunk = steps if include_trunk else []
-        limit = self.max_ticks or self.config.num_ticks
+        limit = _branch_limit(group, self.max_ticks or self.config.num_ticks)
         queue: asyncio.Queue[Trajectory] = asyncio.Queue()
 
         async def branch(spec: EpisodeSpec, benv: Any) -> None:
@@ -583,6 +633,11 @@ class RolloutCollector:
             failed_calls=failed_calls, errors=errors, status=status, wall_s=wall_s, config=self.config,
             env_id=self.env_id, reward_weights=base.reward_weights, agent=self.agent.describe(),
         )
+
+
+def _branch_limit(group: ForkGroup, limit: int) -> int:
+    """The tick a group's branches stop at: the run's limit, or the fork tick plus the group's horizon."""
+    return limit if group.horizon is None else min(limit, group.fork_tick + group.horizon)
 
 
 def account_before(base: Any, info: Mapping[str, Any], config: RLAIFEnvConfig) -> EnvironmentState:

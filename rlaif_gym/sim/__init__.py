@@ -4,7 +4,18 @@ Nothing here imports gymnasium, pydantic or any LLM code (a test walks the impor
 """
 
 from .actions import ACTION_TYPES, Action, ActionBatch, ActionType, ErrorCode, error_message, normalize_action
-from .engine import StepOutcome, equity, exposure, reset, resolve_action, share_value, step, unrealized_pnl
+from .engine import (
+    StepOutcome,
+    equity,
+    exposure,
+    liquidation_value,
+    reset,
+    resolve_action,
+    share_value,
+    step,
+    truth_potential,
+    unrealized_pnl,
+)
 from .params import (
     GROUP_NAMES,
     NEWS_SOURCES,
@@ -43,6 +54,7 @@ __all__ = [
     "equity",
     "error_message",
     "exposure",
+    "liquidation_value",
     "normalize_action",
     "npc_name",
     "reset",
@@ -50,6 +62,7 @@ __all__ = [
     "sell_proceeds",
     "share_value",
     "step",
+    "truth_potential",
     "unrealized_pnl",
     "yes_price",
 ]

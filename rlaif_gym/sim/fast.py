@@ -4,7 +4,12 @@
 `engine.step` does; `engine.step` stays the reference. numba is a core dependency; where it cannot be
 installed or imported, `available()` is False and `step` falls back to `engine.step`. Kernels compile
 on first use, once per machine (about a minute on a small machine; `compile_notice` says so), and are
-cached next to this file.
+cached in `kernel_cache_dir()`: the user cache (`rlaif_gym.sim.paths.user_cache_dir`, moved with
+``$RLAIF_GYM_CACHE``) under a digest of every source a kernel freezes at compile time (this package's
+`sim` modules, `encoding/fast.py` and `mask.py`, `envs/fused.py`) and of the numba and Python versions. numba's own
+cache checks only the timestamp of the file that defines a function, so a kernel that inlines helpers
+from another module (the fused step inlines this module's) would otherwise keep running stale code
+after that module changes. ``$NUMBA_CACHE_DIR``, when set, is numba's and wins.
 
 How it stays the same as the numpy path:
 - one kernel loops over worlds and does, per world, what the vectorised functions do, in the same
@@ -25,12 +30,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
 import math
 import operator
+import os
+import platform
 import sys
 import threading
 from dataclasses import fields
+from pathlib import Path
 
 import numpy as np
 
@@ -38,6 +47,7 @@ from ..errors import InvalidActionError
 from . import engine
 from .actions import ActionBatch, ActionType
 from .params import GROUP_NAMES, NEWS_SOURCES, NpcBehaviour, WorldParams
+from .paths import user_cache_dir
 from .state import FEED_LENGTH, WorldState
 
 try:  # a core dependency, but the numpy engine stays usable where numba cannot be installed
@@ -45,7 +55,7 @@ try:  # a core dependency, but the numpy engine stays usable where numba cannot 
 except ImportError:  # pragma: no cover - exercised only where numba is absent
     numba = None
 
-__all__ = ["available", "compile_notice", "packed", "step"]
+__all__ = ["available", "compile_notice", "kernel_cache_dir", "packed", "step"]
 
 COMPILE_NOTICE_AFTER_S = 2.0
 """A first call that takes longer than this is compiling (a cache hit loads in well under a second)."""
@@ -88,20 +98,63 @@ def compile_notice(dispatcher):
         timer.cancel()
 
 
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _kernel_sources() -> list[Path]:
+    """Every file whose code or constants a compiled kernel freezes: the sim package, the compiled encoder and
+    action mask, and the fused step (they inline this module's helpers and read the engine's constants)."""
+    return sorted([*(_PACKAGE / "sim").glob("*.py"), *(_PACKAGE / "encoding" / name for name in ("fast.py", "mask.py")),
+                   _PACKAGE / "envs" / "fused.py"])
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_cache_dir() -> Path | None:
+    """Where the compiled kernels are cached (see the module docstring), created on first use; None when
+    ``$NUMBA_CACHE_DIR`` is set (numba's choice wins) or the directory cannot be written (numba's default,
+    next to the sources)."""
+    if numba is None or os.environ.get("NUMBA_CACHE_DIR"):
+        return None
+    digest = hashlib.sha256()
+    for path in _kernel_sources():
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    digest.update(f"{numba.__version__}|{sys.version_info[:2]}|{platform.machine()}".encode())
+    folder = user_cache_dir() / "kernels" / digest.hexdigest()[:16]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder if os.access(folder, os.W_OK) else None
+
+
+def _njit(fn, **options):
+    """numba.njit(cache=True, ...) with the cache in `kernel_cache_dir()` (numba reads its cache directory when a
+    function is decorated, so it is set around the decoration only)."""
+    folder = kernel_cache_dir()
+    previous = numba.config.CACHE_DIR
+    if folder is not None:
+        numba.config.CACHE_DIR = str(folder)
+    try:
+        return numba.njit(cache=True, nogil=True, error_model="numpy", **options)(fn)
+    finally:
+        numba.config.CACHE_DIR = previous
+
+
 def _jit(fn):
-    return numba.njit(cache=True, nogil=True, error_model="numpy")(fn) if numba is not None else fn
+    return _njit(fn) if numba is not None else fn
 
 
 def _jit_flat(fn):
     """A kernel without numba's runtime: it allocates nothing (its caller hands it scratch), so no array
     passed to an inlined helper inside its world loop pays an atomic reference-count pair (those pairs
     were about 30 % of a world-tick)."""
-    return numba.njit(cache=True, nogil=True, error_model="numpy", _nrt=False)(fn) if numba is not None else fn
+    return _njit(fn, _nrt=False) if numba is not None else fn
 
 
 def _jit_inline(fn):
     """A helper inlined into its caller at the numba IR level (no call, no reference counting)."""
-    return numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")(fn) if numba is not None else fn
+    return _njit(fn, inline="always") if numba is not None else fn
 
 
 _U64 = np.uint64
@@ -212,7 +265,7 @@ def _fee(fee_rate, min_fee, gross):
 
 
 # ---------------------------------------------------------------------------------------------
-# Accounting (engine.share_value / equity / exposure for one world)
+# Accounting (engine.share_value / liquidation_value / equity / exposure for one world)
 
 
 @_jit_inline
@@ -224,9 +277,28 @@ def _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf):
 
 
 @_jit_inline
-def _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin, pos_notional,
-            perp_price, buf):
-    sv = _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf)
+def _net_sale(same, other, sh, fee_rate, min_fee):
+    """engine._net_sale for one holding: sell_proceeds, less the fee, never below 0 (0 for no shares)."""
+    if sh == 0.0:
+        return 0.0
+    a_ = same + sh + other
+    disc = _fmax(a_ * a_ - 4.0 * sh * other, 0.0)
+    gross = (2.0 * sh * other) / (a_ + math.sqrt(disc))
+    return _fmax(gross - _fee(fee_rate, min_fee, gross), 0.0)
+
+
+@_jit_inline
+def _liquidation_value(b, m, fee_rate, min_fee, pm_yes, pm_no, hold_yes, hold_no, buf):
+    for j in range(m):
+        y, n = pm_yes[b, j], pm_no[b, j]
+        buf[j] = _net_sale(y, n, hold_yes[b, j], fee_rate, min_fee) + _net_sale(n, y, hold_no[b, j], fee_rate, min_fee)
+    return _psum(buf, m)
+
+
+@_jit_inline
+def _equity(b, m, np_, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
+            pos_notional, perp_price, buf):
+    sv = _liquidation_value(b, m, fee_rate, min_fee, pm_yes, pm_no, hold_yes, hold_no, buf)
     for t in range(np_):
         s = pos_side[b, t]
         entry = pos_entry[b, t] if s != 0 else 1.0
@@ -465,8 +537,8 @@ def _kernel(pf, pi, beh, cf,
 
     for b in range(nb):
         # ------------------------------------------------------------------ the agent's action
-        eq0 = _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
-                      pos_notional, perp_price, buf)
+        eq0 = _equity(b, m, np_, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry,
+                      pos_margin, pos_notional, perp_price, buf)
         err = pre_error[b]
         ea = float(pre_a[b])
         eb = float(pre_b[b])
@@ -642,8 +714,8 @@ def _kernel(pf, pi, beh, cf,
         if kd == 0 or kd >= 5:
             eq_mid = eq0
         else:
-            eq_mid = _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
-                             pos_notional, perp_price, buf)
+            eq_mid = _equity(b, m, np_, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side,
+                             pos_entry, pos_margin, pos_notional, perp_price, buf)
         expo = _exposure(b, m, np_, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_notional, perp_price,
                          buf)
         out_f[0, b] = ea
@@ -868,8 +940,8 @@ def _kernel(pf, pi, beh, cf,
                                 npc_cash, npc_yes, npc_no, npc_rep, npc_claims, news_acc, post_acc, group_acc,
                                 house_cash)
 
-        eq1 = _equity(b, m, np_, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
-                      pos_notional, perp_price, buf)
+        eq1 = _equity(b, m, np_, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry,
+                      pos_margin, pos_notional, perp_price, buf)
         out_f[6, b] = eq1
         out_f[7, b] = eq1 - eq0
         out_b[2, b] = eq1 < min_fee

@@ -119,7 +119,7 @@ def step_agents(state: WorldState, accounts: Accounts, actions: list[ActionBatch
     eq0 = []
     for a in range(n):  # every agent's equity before the tick, before anyone acts
         accounts.load(state, a)
-        eq0.append(engine.equity(state))
+        eq0.append(engine.equity(state, params))
     rounds = []
     for r in range(n):
         who = order[:, r]
@@ -141,7 +141,8 @@ def step_agents(state: WorldState, accounts: Accounts, actions: list[ActionBatch
     outcomes = []
     for a in range(n):
         accounts.load(state, a)
-        outcomes.append(engine._outcome(phases[a], engine.equity(state), liquidated[a], resolved, payouts[a], params))
+        outcomes.append(engine._outcome(phases[a], engine.equity(state, params), liquidated[a], resolved, payouts[a],
+                                        params))
     return outcomes
 
 

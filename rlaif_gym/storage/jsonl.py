@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..errors import RLAIFError
 from ..trajectory import SCHEMA_VERSION, SchemaVersionError, Trajectory
 from ._files import atomic_write_bytes, fsync_dir
@@ -105,12 +107,38 @@ class RepairReport:
 
 
 def _is_json(raw: bytes) -> bool:
-    """Whether a line parses at all: torn means unparseable (a non-object is corrupt, not torn)."""
+    """Whether a line parses at all: torn means unparseable (a non-object is corrupt, not torn).
+
+    A line nested too deeply for the parser is not a torn write (no record is that deep): it is kept, and
+    the readers report it as corrupt.
+    """
     try:
         json.loads(raw)
     except ValueError:  # JSONDecodeError and UnicodeDecodeError both are
         return False
+    except RecursionError:
+        return True
     return True
+
+
+_TOO_DEEP = "nested deeper than the JSON reader handles (no trajectory record nests more than a few levels)"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _schema_problem(exc: Exception) -> str:
+    """One line for a record that is JSON but not a trajectory: the first bad field as written in the file
+    (``steps[0].reward``), what it needs and what it holds, and how many other fields are bad."""
+    if not isinstance(exc, ValidationError):
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    errors = exc.errors(include_url=False)
+    first = errors[0]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first.get("loc", ())).lstrip(".") or "record"
+    more = f" (and {len(errors) - 1} more bad field{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return f"field {where}: {first.get('msg')}, got {_shown(first.get('input'))}{more}"
 
 
 def _check_version(data: dict[str, Any], path: Path, line_number: int) -> None:
@@ -147,6 +175,8 @@ def _parse_line(path: Path, number: int, raw: bytes, is_last: bool,
     body = raw[:-1] if raw.endswith(b"\n") else raw
     try:
         data = json.loads(body)
+    except RecursionError:
+        raise CorruptLineError(path, number, f"not a trajectory record: {_TOO_DEEP}") from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
         if is_last:
             warnings.warn(
@@ -164,8 +194,10 @@ def _parse_line(path: Path, number: int, raw: bytes, is_last: bool,
         return data
     try:
         return Trajectory.from_json(body)  # the schema's own reader: our layout, or the original's
+    except RecursionError:  # a stepsJson nested too deeply
+        raise CorruptLineError(path, number, f"not a valid trajectory record: {_TOO_DEEP}") from None
     except ValueError as exc:  # pydantic's ValidationError, or a stepsJson that is not JSON
-        raise CorruptLineError(path, number, f"not a valid trajectory record:\n{exc}") from exc
+        raise CorruptLineError(path, number, f"not a valid trajectory record: {_schema_problem(exc)}") from None
 
 
 def _record_id(data: dict[str, Any], path: Path, number: int) -> str:
@@ -438,9 +470,9 @@ class JsonlStore:
             return None
         try:
             data = json.loads(text)
-        except ValueError as exc:
-            raise StorageError(f"{self.manifest_path} is not valid JSON ({exc}); it is written atomically, "
-                               "so it was edited by hand or damaged") from exc
+        except (ValueError, RecursionError) as exc:
+            raise StorageError(f"{self.manifest_path} is not valid JSON ({type(exc).__name__}: {exc}); it is written "
+                               "atomically, so it was edited by hand or damaged") from None
         if not isinstance(data, dict):
             raise StorageError(f"{self.manifest_path} holds a {type(data).__name__}, expected a JSON object")
         return data

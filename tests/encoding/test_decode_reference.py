@@ -14,7 +14,7 @@ from rlaif_gym.sim import ActionType, equity
 
 def reference(actions: np.ndarray, state, params, leverage: float) -> np.ndarray:
     """The amount of each row, one row at a time, straight from the module docstring's table."""
-    eq = equity(state)
+    eq = equity(state, params)
     out = np.zeros(len(actions))
     for b, (k, target, bucket, side) in enumerate(actions):
         kind = ACTION_KINDS[k]

@@ -174,7 +174,8 @@ def test_config_knows_exactly_the_reward_components():
     from rlaif_gym.config import REWARD_COMPONENTS
     from rlaif_gym.rewards import COMPONENT_NAMES, DEFAULT_WEIGHTS
 
-    assert set(REWARD_COMPONENTS) == set(COMPONENT_NAMES) == set(DEFAULT_WEIGHTS)
+    assert set(REWARD_COMPONENTS) == set(COMPONENT_NAMES) == {*DEFAULT_WEIGHTS, "truth_mark"}
+    assert RLAIFEnv({"reward_mark": "truth"}).reward_weights["truth_mark"] == DEFAULT_WEIGHTS["pnl"]
     assert DEFAULT_WEIGHTS == {"pnl": 0.5, "format": 0.25, "reasoning": 0.15, "behavior": 0.10, "risk": 0.5}
 
 

@@ -23,8 +23,9 @@ from rlaif_gym.sim import fast
 
 pytestmark = pytest.mark.skipif(not fast.available(), reason="numba is not installed")
 
-# High fees on a small account: the churning steps of `_episode_log` go bankrupt in about 20 ticks.
-BANKRUPTING = {"starting_cash": 20.0, "min_fee": 1.0, "min_order": 1.5, "numeric_perp_leverage": 10.0,
+# High fees on a small account: the churning steps of `_episode_log` go bankrupt (twice in its 260 steps; with
+# shares valued at what selling them returns, a 20 USD account went bankrupt only once).
+BANKRUPTING = {"starting_cash": 12.0, "min_fee": 1.0, "min_order": 1.5, "numeric_perp_leverage": 10.0,
                "max_leverage": 10.0, "num_ticks": 60}
 CONFIGS = [
     {},

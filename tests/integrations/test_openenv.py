@@ -32,6 +32,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
 from rlaif_gym.envs import RLAIFTextEnv
+from rlaif_gym.envs.decisions import DECISION_WORLD, decision_points
 from rlaif_gym.errors import ConfigError
 from rlaif_gym.integrations.openenv import (
     RemoteCapacityError,
@@ -407,3 +408,27 @@ def test_the_serve_command_reports_a_busy_port(capsys):
         port = url.rsplit(":", 1)[1]
         assert main(["serve", "--port", port]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+DECISION_24 = {**DECISION_WORLD, "num_ticks": 24}
+
+
+def test_reset_can_start_at_a_decision_point(url):
+    """Issue 28 item 3: reset(decision=...) starts where a market resolves soon and the prompt names it."""
+
+    (point,) = decision_points([100], DECISION_24, resolves_within=4)
+    with RLAIFEnvClient(base_url=url).sync() as env:
+        first = env.reset(seed=100, config=DECISION_24, decision={"resolves_within": 4})
+        assert first.observation.prompt == point.prompt and first.observation.tick == point.tick
+        assert first.observation.info["decision"]["markets"][0]["market"] == point.market
+        local = point.env()
+        got = env.step(BUY)
+        assert got.reward == local.step(BUY)[1] and "truth_mark" in got.observation.reward_components
+        with pytest.raises(RemoteEnvError, match="decision must be true or an object") as err:
+            env.reset(seed=100, decision={"resolves": 4})
+        assert err.value.error_type == "ConfigError"
+    started = httpx.post(f"{url}/reset", json={"seed": 100, "config": DECISION_24,
+                                               "decision": {"resolves_within": 4}}).json()
+    assert started["observation"]["prompt"] == point.prompt
+    missing = httpx.post(f"{url}/reset", json={"decision": True})
+    assert missing.status_code == 422 and "needs a seed" in missing.json()["detail"]["message"]

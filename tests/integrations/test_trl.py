@@ -44,10 +44,11 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 from rlaif_gym import RLAIFEnvConfig
 from rlaif_gym.envs.snapshot import SnapshotFormatError
 from rlaif_gym.envs.text_env import RLAIFTextEnv
-from rlaif_gym.errors import ConfigError, ResetNeeded
+from rlaif_gym.errors import ConfigError, InvalidActionError, ResetNeeded
 from rlaif_gym.integrations.local_llm import MODEL_REQUIREMENT, missing_local_llm, model_path
 from rlaif_gym.integrations.trl import (
     EPISODE_ENDED,
+    EpisodeFaultError,
     EpisodeSpec,
     RLAIFTRLEnv,
     build_dataset,
@@ -85,7 +86,7 @@ def test_rows_hold_the_text_envs_first_prompt_and_config():
         assert row["seed"] == seed and row["ticks"] == 2 and row["snapshot"] is None
         assert EpisodeSpec.from_row(**row).config == RLAIFEnvConfig(**CONFIG)
     tools = build_dataset([5], config=CONFIG, contract="environment_factory")
-    assert tools.column_names == ["prompt", "seed", "config", "snapshot", "ticks"]
+    assert tools.column_names == ["prompt", "seed", "config", "snapshot", "ticks", "decisions"]
     assert tools[0]["prompt"][1] == {"role": "user", "content": ""}  # TRL appends reset()'s prompt here
     with pytest.raises(ConfigError, match="at least one seed"):
         dataset_rows([])
@@ -167,6 +168,109 @@ def test_a_shared_dataset_row_cannot_run_code_on_whoever_trains_on_it(tmp_path):
     assert not marker.exists(), "a dataset row ran code"
     assert isinstance(row["snapshot"], bytes) and b"pickle" not in row["snapshot"]
     assert RLAIFTRLEnv().reset(**row) == trunk.prompt  # the honest row still works
+
+
+@pytest.mark.parametrize("reply", [None, 123, {"reply": BUY}, ["wait"]])
+def test_act_refuses_a_reply_that_is_not_text_without_playing_a_tick(reply):
+    """Issue 25 row 10: act(None), act(123), act({...}) were played as str(reply). TRL passes the error's text
+    back to the model as the tool's result; no tick is played, so the model can answer again."""
+    row = build_dataset([11], config=CONFIG, contract="environment_factory")[0]
+    tool_env = RLAIFTRLEnv()
+    tool_env.reset(**row)
+    with pytest.raises(InvalidActionError, match=r"act takes reply as a string.*no tick was played") as err:
+        tool_env.act(reply)
+    assert type(reply).__name__ in str(err.value)
+    assert tool_env.rewards == [] and tool_env.replies == [] and tool_env.fault is None
+    text_env = RLAIFTextEnv(CONFIG)
+    text_env.reset(seed=11)
+    prompts, rewards = _play(text_env, REPLIES)
+    assert tool_env.act(REPLIES[0]) == prompts[0]  # the episode goes on from the same tick
+    assert tool_env.act(REPLIES[1]) == prompts[1]
+    tool_env.act(REPLIES[2])
+    assert tool_env.get_reward() == sum(rewards)
+
+
+class _FaultyTextEnv(RLAIFTextEnv):
+    """A text env whose second step raises, as a bug or a broken world would inside a training run."""
+
+    def step(self, action):
+        if self.state.tick[0] >= 1:
+            raise RuntimeError("the world broke")
+        return super().step(action)
+
+
+def test_a_fault_inside_the_env_step_is_a_failed_rollout_not_a_return(monkeypatch, caplog):
+    """Issue 25 row 10: an exception inside act was swallowed by TRL's tool loop and get_reward() then returned
+    a normal-looking return (-0.1125). Now the fault is kept, every later act says so, and get_reward() is None:
+    TRL scores a None as unscorable (left out of its group's baseline, advantage 0), never as a return."""
+    import rlaif_gym.integrations.trl as trl_adapter
+
+    monkeypatch.setattr(trl_adapter, "RLAIFTextEnv", _FaultyTextEnv)
+    row = build_dataset([11], config=CONFIG, contract="environment_factory")[0]
+    tool_env = RLAIFTRLEnv()
+    tool_env.reset(**row)
+    tool_env.act(REPLIES[0])
+    with pytest.raises(EpisodeFaultError, match=r"the world broke.*gets no reward"):
+        tool_env.act(REPLIES[1])  # TRL hands this message to the model as the tool result
+    with pytest.raises(EpisodeFaultError, match="failed earlier in this episode"):
+        tool_env.act(REPLIES[2])
+    assert tool_env.fault == "RuntimeError: the world broke"
+    with caplog.at_level("WARNING", logger="rlaif_gym.integrations.trl"):
+        assert tool_env.get_reward() is None
+    assert "failed after 1 ticks" in caplog.text and "unscorable" in caplog.text
+    assert tool_env.get_reward() is None  # idempotent
+
+    # A model that stopped calling act: the fault shows when get_reward plays the rest as empty replies.
+    tool_env.reset(**row)
+    assert tool_env.fault is None  # a new episode starts clean
+    tool_env.act(REPLIES[0])
+    assert tool_env.get_reward() is None and "the world broke" in tool_env.fault
+
+    monkeypatch.setattr(trl_adapter, "RLAIFTextEnv", RLAIFTextEnv)  # an honest env scores as before
+    tool_env = RLAIFTRLEnv()
+    tool_env.reset(**row)
+    assert isinstance(tool_env.get_reward(), float) and tool_env.fault is None
+
+
+@pytest.mark.parametrize(("column", "value", "error", "message"), [
+    ("seed", "abc", ConfigError, r"column 'seed' must be an integer"),
+    ("seed", -1, ConfigError, r"column 'seed' must be an integer in \[0, 2\*\*63 - 1\]"),
+    ("seed", 1.5, ConfigError, r"column 'seed' .* got 1.5 \(float\)"),     # truncated to 1 before
+    ("seed", True, ConfigError, r"column 'seed' .* got True \(bool\)"),    # played as seed 1 before
+    ("seed", 2**64, ConfigError, r"column 'seed'"),
+    ("ticks", 1.7, ConfigError, r"column 'ticks' .* got 1.7 \(float\)"),   # truncated to 1 before
+    ("ticks", 0, ConfigError, r"column 'ticks'"),
+    ("ticks", "3", ConfigError, r"column 'ticks'"),
+    ("config", "not json", ConfigError, r"column 'config' must be a JSON object.*JSONDecodeError"),
+    ("config", "[1, 2]", ConfigError, r"column 'config' must be an object"),
+    ("config", '{"num_tiks": 3}', ConfigError, r"column 'config': unknown config key 'num_tiks'. Did you mean"),
+    ("config", '{"market_duration_max": 9223372036854775808}', ConfigError, r"column 'config': .*market_duration_max"),
+    ("config", "[" * 100_000, ConfigError, r"column 'config' must be a JSON object"),
+    ("snapshot", b"garbage", SnapshotFormatError, r"column 'snapshot': not a restorable snapshot"),
+    ("snapshot", "not bytes", ConfigError, r"column 'snapshot' must be the bytes"),
+])
+def test_a_malformed_row_names_its_column(column, value, error, message):
+    """Issue 25 row 11: malformed rows gave untyped errors (ValueError, gymnasium's Error, JSONDecodeError,
+    UnpicklingError) or were silently truncated; now one typed error names the row's column."""
+    row = build_dataset([3], config=CONFIG, contract="environment_factory")[0]
+    bad = {**row, column: value}
+    with pytest.raises(error, match=message):
+        EpisodeSpec.from_row(**bad)
+    with pytest.raises(error, match=message):
+        RLAIFTRLEnv().reset(**bad)
+    rollout_row = {**build_dataset([3], config=CONFIG)[0], column: value}
+    with pytest.raises(error, match=message):
+        make_rollout_func([rollout_row])
+
+
+def test_a_row_without_prompt_or_with_a_bad_seed_list_is_refused_by_name():
+    row = build_dataset([3], config=CONFIG)[0]
+    with pytest.raises(ConfigError, match=r"dataset row 1 has no 'prompt' column \(columns \['config', 'seed'"):
+        make_rollout_func([row, {"seed": 4, "config": row["config"], "snapshot": None, "ticks": None}])
+    with pytest.raises(ConfigError, match=r"seeds\[1\] must be an integer .* got 2.5"):
+        dataset_rows([1, 2.5], config=CONFIG)
+    with pytest.raises(ConfigError, match="ticks must be an integer"):
+        dataset_rows([1], config=CONFIG, ticks=1.7)
 
 
 # -- with a model ----------------------------------------------------------------------------------------------------
@@ -370,8 +474,10 @@ def test_grpo_trainer_plays_ticks_through_the_tool_loop(tokenizer, tmp_path):
 
 
 def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
-    """examples/train_trl_grpo.py --smoke, as CI runs it: the real SmolLM2-135M from its GGUF, 2 SFT steps and 2 GRPO
-    steps through TRL's trainer, then the held-out table; every loss and reward finite (the script exits 1 if not)."""
+    """examples/train_trl_grpo.py --smoke, as CI runs it: the real SmolLM2-135M from its GGUF, decision points from
+    training and both held-out seed ranges, 2 SFT steps and 2 GRPO steps of `SharedPromptGRPOTrainer` on single
+    decisions, then the held-out tables; every loss and reward finite (the script exits 1 if not). It checks the
+    wiring, not learning (its 16-token replies cannot finish one)."""
     import subprocess
     import sys
     from pathlib import Path
@@ -383,15 +489,19 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
     except Exception as exc:  # the model package is installed separately (make venv does it)
         pytest.skip(f"the shipped model is not installed: {exc}")
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "examples/train_trl_grpo.py", "--smoke", "--out", str(tmp_path / "run")],
-                          cwd=root, capture_output=True, text=True, timeout=1200,
+    proc = subprocess.run([sys.executable, "examples/train_trl_grpo.py", "--smoke", "--threads", "1",
+                           "--out", str(tmp_path / "run")], cwd=root, capture_output=True, text=True, timeout=1200,
                           env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert len(results["curve"]) == results["args"]["steps"] == 2
     assert len(results["sft_losses"]) == results["args"]["sft_steps"] == 2
     assert all(math.isfinite(x) for x in results["sft_losses"])
-    for name in ("before", "after_sft", "after"):
-        assert set(results[name]) >= {"format_valid_rate", "executed_rate", "pnl", "episode_return"}
-        assert all(math.isfinite(v) for v in results[name].values() if isinstance(v, float))
-    assert "| on " in proc.stdout and "after SFT+GRPO" in proc.stdout
+    assert len(results["summary"]) == 2  # both held-out sets
+    for columns in results["summary"].values():
+        assert list(columns) == ["base model", "after SFT", "after SFT+GRPO"]
+        for metrics in columns.values():
+            assert set(metrics) == {"format_valid", "executed", "side", "gain"}
+            assert all(math.isfinite(v) for v in metrics.values())
+    assert results["peak_rss_gb"] > 0 and results["total_s"] > 0
+    assert "| on held-out decision points |" in proc.stdout and "gain over after SFT, paired" in proc.stdout

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 from rlaif_gym import RLAIFTextEnv
+from rlaif_gym.envs.decisions import DECISION_WORLD, WAIT_REPLY, decision_points
+from rlaif_gym.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "rollout"))
@@ -91,6 +93,32 @@ def test_a_tasks_rollouts_start_from_one_snapshot():
     reply = '<think>hold</think>\n{"type": "wait"}'
     a, b = first.step(reply), second.step(reply)
     assert a[0] == b[0] and a[1] == b[1] and a[4]["reward_components"] == b[4]["reward_components"]
+
+
+@pytest.mark.parametrize(("options", "where"), [
+    ({"config": {"market_duration_max": 2**63}}, "taskset.config: invalid RLAIFEnvConfig: market_duration_max"),
+    ({"config": {"funding_interval": 2**64}}, "taskset.config: invalid RLAIFEnvConfig: funding_interval"),
+    ({"config": {"reward_weights": {"pnl": 1e308}}}, "taskset.config: invalid RLAIFEnvConfig: reward_weights"),
+    ({"config": {"num_tiks": 3}}, "unknown config key 'num_tiks'. Did you mean 'num_ticks'?"),
+    ({"seed": 1.5}, "taskset.seed: seed must be an integer"),       # issue 25 row 11: refused, not truncated
+    ({"seed": True}, "taskset.seed: seed must be an integer"),      # was played as seed 1
+    ({"seed": -1}, "taskset.seed: seed must be an integer"),        # was gymnasium's error at load
+    ({"seed": "abc"}, "taskset.seed: seed must be an integer"),
+    ({"seeds": [3, 2.5]}, "taskset.seeds.1: seed must be an integer"),
+    ({"forks": [{"seed": False, "replies": []}]}, "taskset.forks.0.seed: seed must be an integer"),
+])
+def test_bad_taskset_options_raise_one_config_error(options, where):
+    """Issue 25 row 5: market_duration_max=2**63 gave a raw OverflowError when the tasks loaded; now every bad
+    option is one ConfigError at load, naming the option, with the config's own explanation."""
+    with pytest.raises(ConfigError) as err:
+        load_environment(num_tasks=1, **{"config": {"num_ticks": 3}, **options})
+    assert str(err.value).startswith("invalid rlaif-gym-verifiers options: ") and where in str(err.value), err.value
+    assert "errors.pydantic.dev" not in str(err.value)
+
+
+def test_a_seed_as_the_command_line_writes_it_still_loads():
+    env = load_environment(seed="7", num_tasks=1, config={"num_ticks": 3})  # vf-eval --env.taskset.seed 7
+    assert [t.data.seed for t in env.taskset] == [7]
 
 
 def test_vf_eval_plays_the_env_and_our_judge_against_loopback_servers(tmp_path):
@@ -205,3 +233,36 @@ def test_fork_point_of_a_stored_episode_is_a_task_at_that_tick(tmp_path):
     assert fork_task.data.prompt == stored.steps[2].observation.text
     with pytest.raises(ValueError, match="must be in"):
         fork_point(stored, 5)
+
+
+DECISION_24 = {**DECISION_WORLD, "num_ticks": 24}
+
+
+def test_decision_point_tasks_play_one_reply_then_wait_out_the_horizon(tmp_path):
+    """Issue 28 items 3-4: a taskset of decision points (a market resolves soon and the prompt names it), each
+    rollout one model reply and a clean wait for the rest of the horizon."""
+
+    env = load_environment(seeds=[100, 101, 102], decision_points=True, resolves_within=4, horizon=2, decisions=1,
+                           config=DECISION_24)
+    tasks = list(env.taskset)
+    points = decision_points([100, 101, 102], DECISION_24, resolves_within=4, horizon=2)
+    assert [t.data.prompt for t in tasks] == [p.prompt for p in points]
+    assert all(t.data.horizon == 2 and t.data.decisions == 1 for t in tasks)
+    with FakeOpenAIServer() as policy:
+        config = EvalConfig.model_validate({
+            "env": {"taskset": {"id": TASKSET_ID, "seeds": [100], "decision_points": True, "resolves_within": 4,
+                                "horizon": 2, "decisions": 1, "config": DECISION_24}},
+            "model": "scripted-policy", "client": {"base_url": policy.base_url, "api_key_var": "RLAIF_TEST_POLICY_KEY"},
+            "push": False, "rich": None, "output_dir": str(tmp_path)})
+        os.environ.setdefault("RLAIF_TEST_POLICY_KEY", "sk-policy")
+        (episode,) = asyncio.run(run_eval(config))
+        requests = policy.chat_requests()
+    (trace,) = episode.traces
+    record = trace.info["rlaif_gym"]
+    assert len(requests) == 1 and record["continued"] == 1 and record["status"] == "horizon"
+    assert len(record["steps"]) == 2 and record["steps"][1]["action"]["action_type"] == "wait"
+    reply = requests[0].response["choices"][0]["message"]["content"]
+    replay = points[0].env()
+    rewards = [replay.step(r)[1] for r in (reply, WAIT_REPLY)]
+    assert [s["reward"] for s in record["steps"]] == rewards
+    assert math.isclose(trace.metrics["episode_return"], sum(rewards), abs_tol=1e-12)

@@ -149,14 +149,18 @@ def test_risk_grows_with_the_exposure_past_the_threshold():
 
 
 def test_informed_sizing_costs_next_to_nothing_and_the_oracle_stays_on_top():
-    """Risk is proportional: InformedAgent pays < 5 % of its PnL in risk; the oracle keeps > 70 % of its PnL."""
+    """Risk is proportional: InformedAgent pays < 5 % of its PnL in risk; the oracle keeps > 50 % of its PnL.
+
+    Equity values shares at what selling them now would fetch, while exposure counts them at the displayed
+    price, so a position too big for its pool's depth (the oracle's) pays more risk per dollar of PnL than it
+    did when equity marked them at the price too (it kept 84 % then, 55 % now on these seeds)."""
     from rlaif_gym.agents import InformedAgent, OracleAgent
     from rlaif_gym.envs import evaluate_policy
 
     cfg = RLAIFEnvConfig()
     seeds = list(range(500, 532))
     core = RLAIFCore(cfg, num_worlds=len(seeds))
-    for cls, keep in ((InformedAgent, 0.95), (OracleAgent, 0.7)):
+    for cls, keep in ((InformedAgent, 0.95), (OracleAgent, 0.5)):
         stats = evaluate_policy(cls(core, seed=0), seeds, cfg, core=core)
         trading = stats.final_pnl.mean() / cfg.starting_cash
         assert stats.episode_return.mean() > keep * trading > 0, (cls.__name__, stats.episode_return.mean(), trading)

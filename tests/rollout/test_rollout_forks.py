@@ -89,3 +89,31 @@ def test_fork_tick_is_validated_and_resume_skips_done_branches(tmp_path):
     assert again.skipped_existing == GROUP and again.completed == 0
     with pytest.raises(ConfigError, match="fork_tick"):
         _collector(sink=JsonlStore(tmp_path / "resume")).collect_forks(1, seed=2, fork_tick=4, resume=True)
+
+
+def test_decision_point_groups_start_where_a_bet_matters(tmp_path):
+    """Issue 28 item 3: the collector plans GRPO groups at decision points (a market resolves soon and the prompt
+    names it): every branch starts from the point's state, plays the horizon, and the run resumes cleanly."""
+    from rlaif_gym.agents import ScriptedLLMAgent
+    from rlaif_gym.envs.decisions import decision_points
+    from rlaif_gym.rollout import RolloutCollector
+    from rlaif_gym.storage import JsonlStore
+
+    world = {"num_markets": 2, "num_perps": 1, "num_npcs": 4, "num_groups": 1, "market_duration_min": 2,
+             "market_duration_max": 4, "news_rate": 1.0, "num_ticks": 24}
+    points = decision_points([7, 8], world, resolves_within=4, horizon=3)
+    store = JsonlStore(tmp_path / "run")
+    collector = RolloutCollector(ScriptedLLMAgent(temperature=0.9), sink=store, env_config=world, num_envs=4,
+                                 group_size=3, run_name="dp")
+    summary = collector.collect_decisions(points, horizon=3)
+    assert summary.completed == 6 and summary.failed == 0, summary.errors
+    trajs = sorted(store.read(), key=lambda t: t.trajectory_id)
+    for p in points:
+        group = [t for t in trajs if t.group_id == f"dp-s{p.seed}-t{p.tick}"]
+        assert len(group) == 3
+        for t in group:
+            assert [s.step_number for s in t.steps] == [p.tick, p.tick + 1, p.tick + 2]
+            assert t.steps[0].observation.text == p.prompt  # every branch starts at the point's prompt
+    again = RolloutCollector(ScriptedLLMAgent(temperature=0.9), sink=JsonlStore(tmp_path / "run"), env_config=world,
+                             num_envs=4, group_size=3, run_name="dp").collect_decisions(points, horizon=3, resume=True)
+    assert again.skipped_existing == 6 and again.completed == 0

@@ -72,3 +72,23 @@ def test_overwrite_with_a_refused_option_deletes_nothing(bad, tmp_path, capsys, 
     code = main(["rollout", "--out", str(out), "--overwrite", "--no-progress", "--set", "num_ticks=3", *bad])
     assert code == 2, capsys.readouterr().err[-1500:]
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before, "the refused command deleted the old run"
+
+
+def test_overwrite_refuses_a_judge_link_before_deleting_anything(tmp_path, capsys):
+    """Issue 25 row 13: with judge/ a symbolic link elsewhere, --overwrite deleted the run's files, then failed
+    with a vague `error: OSError`."""
+    from rlaif_gym.cli import main
+
+    out, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    _collector(out).collect(2, seed=0)
+    elsewhere.mkdir()
+    (elsewhere / "verdicts.jsonl").write_text("someone else's\n")
+    (out / "judge").symlink_to(elsewhere, target_is_directory=True)
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.is_symlink()}
+    code = main(["rollout", "--out", str(out), "--overwrite", "--no-progress", "--set", "num_ticks=3",
+                 "--episodes", "1"])
+    err = capsys.readouterr().err
+    assert code == 2, err[-1500:]
+    assert "judge is a symbolic link" in err and "nothing was deleted" in err and "OSError" not in err, err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and not p.is_symlink()} == before
+    assert (out / "judge").is_symlink() and (elsewhere / "verdicts.jsonl").read_text() == "someone else's\n"

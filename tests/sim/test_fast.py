@@ -157,3 +157,33 @@ def test_fast_step_matches_numpy_when_one_world_loses_two_positions_in_a_tick():
     fo = fast.step(fst, ActionBatch.waits(n), params)
     assert ro.liquidated.tolist() == [2, 2]
     _compare(ref, fst, ro, fo, worst)
+
+
+def test_the_kernel_cache_is_keyed_by_every_source_a_kernel_freezes(tmp_path, monkeypatch):
+    """numba's own cache checks only the timestamp of the file defining a function; the fused step inlines this
+    module's helpers, so after an edit here it ran stale code (found in issue 28: the exposure change). The cache
+    directory is a digest of every kernel source, so any edit compiles afresh."""
+    sources = [tmp_path / "a.py", tmp_path / "b.py"]
+    for path in sources:
+        path.write_text("x = 1\n")
+    monkeypatch.setenv("RLAIF_GYM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setattr(fast, "_kernel_sources", lambda: sources)
+    fast.kernel_cache_dir.cache_clear()
+    try:
+        first = fast.kernel_cache_dir()
+        assert first is not None and first.is_dir() and first.parent == tmp_path / "cache" / "kernels"
+        sources[1].write_text("x = 2\n")  # an edit of a file the kernel inlines from
+        fast.kernel_cache_dir.cache_clear()
+        assert fast.kernel_cache_dir() != first
+        monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))  # numba's own setting wins
+        fast.kernel_cache_dir.cache_clear()
+        assert fast.kernel_cache_dir() is None
+    finally:
+        fast.kernel_cache_dir.cache_clear()
+
+
+def test_the_kernel_sources_cover_every_compiled_module():
+    names = {p.relative_to(p.parents[1]).as_posix() for p in fast._kernel_sources()}
+    assert {"sim/fast.py", "sim/engine.py", "sim/params.py", "encoding/fast.py", "encoding/mask.py",
+            "envs/fused.py"} <= names

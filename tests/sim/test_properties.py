@@ -228,7 +228,8 @@ def test_money_is_conserved_and_the_agent_ledger_is_exact(keys, episode):
                 f"{ctx}: fees_paid rose by {after.fees_paid[b] - before.fees_paid[b]!r}, expected {fee!r}")
             assert math.isclose(float(out.pnl_delta[b]), float(out.equity_after[b] - out.equity_before[b]),
                                 rel_tol=1e-12, abs_tol=1e-9), f"{ctx}: pnl_delta != equity_after - equity_before"
-            assert math.isclose(float(out.equity_after[b]), float(equity(after)[b]), rel_tol=1e-12, abs_tol=1e-9), (
+            assert math.isclose(float(out.equity_after[b]), float(equity(after, params)[b]), rel_tol=1e-12,
+                                abs_tol=1e-9), (
                 f"{ctx}: equity_after does not match equity(state)")
 
     run_episode(params, keys, episode, on_step)
@@ -442,13 +443,13 @@ def test_liquidation_removes_the_position_and_loses_the_margin(key, ticker, side
         f"{ctx}: house got {state.house_cash[0] - before.house_cash[0]!r}, the margin was {margin!r}")
     assert math.isclose(state.realized_pnl[0] - before.realized_pnl[0], -margin, rel_tol=1e-9), (
         f"{ctx}: realized pnl change {state.realized_pnl[0] - before.realized_pnl[0]!r} != -margin")
-    assert math.isclose(equity(state)[0], state.cash[0], rel_tol=1e-12), f"{ctx}: equity is not just the cash"
+    assert math.isclose(equity(state, params)[0], state.cash[0], rel_tol=1e-12), f"{ctx}: equity is not just the cash"
     # Against the unforced copy: the liquidated world is poorer by what the position was worth.
     out_kept = step(kept, ActionBatch.waits(1), params)
     assert kept.pos_side[0, ticker] != 0 and out_kept.liquidated[0] == 0, f"{ctx}: unforced copy was liquidated too"
     worth = float(kept.pos_margin[0, ticker] + unrealized_pnl(kept)[0, ticker])
-    assert math.isclose(equity(kept)[0] - equity(state)[0], worth, rel_tol=1e-9, abs_tol=1e-6), (
-        f"{ctx}: equity gap {equity(kept)[0] - equity(state)[0]!r} != position worth {worth!r}")
+    assert math.isclose(equity(kept, params)[0] - equity(state, params)[0], worth, rel_tol=1e-9, abs_tol=1e-6), (
+        f"{ctx}: equity gap {equity(kept, params)[0] - equity(state, params)[0]!r} != position worth {worth!r}")
     assert 0 < worth < 2 * margin, f"{ctx}: unforced position worth {worth!r} vs margin {margin!r}"
     assert math.isclose(total_money(state)[0], total_money(before)[0], rel_tol=1e-12)
 
@@ -471,14 +472,14 @@ def test_all_in_on_the_losing_side_ends_in_bankruptcy(key):
     assert state.cash[0] == 0.0, f"{ctx}: cash left {state.cash[0]!r}"
     while True:
         t = int(state.tick[0])
-        assert out.bankrupt[0] == (equity(state)[0] < params.min_fee), f"{ctx}, tick {t}: bankrupt flag vs equity"
+        assert out.bankrupt[0] == (equity(state, params)[0] < params.min_fee), f"{ctx}, tick {t}: bankrupt vs equity"
         if t >= resolve_tick:
             break
         assert not out.bankrupt[0], f"{ctx}, tick {t}: bankrupt while holding shares worth {share_value(state)[0]!r}"
         out = step(state, ActionBatch.waits(1), params)
-    assert out.bankrupt[0], f"{ctx}: not bankrupt after losing everything (equity {equity(state)[0]!r})"
+    assert out.bankrupt[0], f"{ctx}: not bankrupt after losing everything (equity {equity(state, params)[0]!r})"
     assert out.payout[0] == 0.0, f"{ctx}: losing side paid {out.payout[0]!r}"
-    assert equity(state)[0] < params.min_fee, f"{ctx}: equity {equity(state)[0]!r}"
+    assert equity(state, params)[0] < params.min_fee, f"{ctx}: equity {equity(state, params)[0]!r}"
     out = step(state, ActionBatch.waits(1), params)
     assert out.bankrupt[0], f"{ctx}: bankruptcy did not persist"
 
@@ -487,7 +488,7 @@ def test_all_in_on_the_losing_side_ends_in_bankruptcy(key):
 @given(keys=keys_st(B_WORLDS), episode=episode_st(B_WORLDS, T_STEPS))
 def test_a_world_with_money_is_never_flagged_bankrupt(keys, episode):
     def on_step(t, before, batch, out, after):
-        eq = equity(after)
+        eq = equity(after, PARAMS)
         for b in range(len(keys)):
             ctx = f"step {t}, world {b} (key {keys[b]}): cash {after.cash[b]!r}, equity {eq[b]!r}"
             assert bool(out.bankrupt[b]) == bool(eq[b] < PARAMS.min_fee), f"{ctx}: bankrupt flag disagrees with equity"
@@ -525,7 +526,7 @@ def test_an_underwater_perp_does_not_bankrupt_a_world_that_still_holds_cash():
                 raise AssertionError(
                     f"tick {int(s.tick[b])}, world {b} (key {key}, {'long' if side == 0 else 'short'} ticker {ticker} "
                     f"at {lev}x, funding_interval=1): flagged bankrupt with cash {s.cash[b]:.2f}; equity "
-                    f"{equity(s)[b]:.2f} counts the position at margin {margin:.2f} + pnl {pnl:.2f} = "
+                    f"{equity(s, params)[b]:.2f} counts the position at margin {margin:.2f} + pnl {pnl:.2f} = "
                     f"{margin + pnl:.2f}, but closing it would pay max({margin + pnl - close_fee:.2f}, 0) = "
                     f"{max(margin + pnl - close_fee, 0.0):.2f}")
 

@@ -1,0 +1,165 @@
+"""Decision points: the states of `RLAIF-Text-v0` where one reply decides something a reward can see.
+
+An episode's first prompt has no news, posts or tips ("(none yet)"), and most ticks offer nothing to
+act on, so GRPO groups started there have no reward variance: every reply scores the same. A
+*decision point* is a tick where an open market resolves within `resolves_within` ticks and the
+prompt's news, group tips or NPC posts name it (`min_evidence` items or more): the reply can bet on
+it, on the side the evidence points to or the other, or let it pass, and the return (with
+`reward_mark="truth"`) tells those apart at once.
+
+`decision_points(seeds, ...)` finds them by playing each seed's episode with the offline scripted
+model (`ScriptedLLM`, greedy) from `reset(seed)`: from a tick drawn per point (seeded by the episode's
+seed, so the same seeds give the same points), the first tick whose prompt qualifies. Each point
+carries the trunk's replies from the reset to that tick (so it can be rebuilt as data: a seed and
+replies, as the verifiers adapter stores forks), its `EnvSnapshot` (for `set_state`, or as bytes for a
+dataset row), the prompt and the qualifying markets. Train and held-out sets come from disjoint seed
+ranges (`TRAIN_SEEDS`, `HELD_OUT_SEEDS`).
+
+This module is layer L4 (envs); it plays the text env and the scripted model, nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import RLAIFEnvConfig
+from ..errors import ConfigError
+from ..llm.scripted import ScriptedLLM
+from .rlaif_env import EnvSnapshot
+from .text_env import RLAIFTextEnv
+
+__all__ = ["DECISION_WORLD", "HELD_OUT_SEEDS", "TRAIN_SEEDS", "WAIT_REPLY", "DecisionPoint", "decision_points",
+           "evidence_counts"]
+
+TRAIN_SEEDS = range(0, 1_000_000)
+"""Seeds for training sets; the held-out ranges below never overlap them."""
+HELD_OUT_SEEDS = (range(1_000_000, 2_000_000), range(2_000_000, 3_000_000))
+"""Two disjoint held-out seed ranges: claims about learning are measured on both."""
+DECISION_WORLD: dict[str, Any] = {
+    "num_markets": 2, "num_perps": 1, "num_npcs": 4, "num_groups": 1, "market_duration_min": 2,
+    "market_duration_max": 4, "news_rate": 1.0, "num_ticks": 48, "reward_mark": "truth",
+}
+"""`RLAIFEnvConfig` overrides of a small world made for decision points: 2 markets that resolve within 2-4
+ticks and news every tick, so most ticks qualify; 48-tick episodes (the form terms' 1/num_ticks scale: a
+malformed reply costs 0.0026); the mark-to-truth training reward. The GRPO example and the tests use it."""
+WAIT_REPLY = '<think>Nothing here is worth more than its price to me now, so I wait.</think>\n{"type": "wait"}'
+"""The continuation policy's reply after a single decision: a clean wait, the same for every member."""
+
+
+@dataclass(frozen=True)
+class DecisionPoint:
+    """A state where one reply decides a bet (see the module docstring).
+
+    Attributes:
+        seed: the reset seed of the episode it comes from.
+        tick: ticks played before it (the reply it asks for is that tick's).
+        replies: the trunk's replies from `reset(seed)` to here, one per tick (replaying them gives the state).
+        markets: the qualifying markets: (market id, ticks until it resolves, feed items naming it), the most
+            talked-about first.
+        prompt: the prompt the reply answers.
+        snapshot: the env state (`RLAIFTextEnv.set_state`; `snapshot.to_bytes()` for a dataset row).
+    """
+
+    seed: int
+    tick: int
+    replies: tuple[str, ...]
+    markets: tuple[tuple[str, int, int], ...]
+    prompt: str
+    snapshot: EnvSnapshot
+
+    @property
+    def config(self) -> RLAIFEnvConfig:
+        """The env config of the episode."""
+        return self.snapshot.config
+
+    @property
+    def market(self) -> str:
+        """The most talked-about qualifying market."""
+        return self.markets[0][0]
+
+    def env(self) -> RLAIFTextEnv:
+        """A text env at this state."""
+        env = RLAIFTextEnv(self.config)
+        env.set_state(self.snapshot)
+        return env
+
+
+def evidence_counts(env: RLAIFTextEnv) -> dict[str, int]:
+    """Feed items (news, visible group tips, NPC posts) in the current prompt that name each market id."""
+    view = env.view
+    counts: dict[str, int] = {}
+    for item in (*view.news, *view.tips, *view.posts):
+        if item.subject.startswith("market-"):
+            counts[item.subject] = counts.get(item.subject, 0) + 1
+    return counts
+
+
+def _qualifying(env: RLAIFTextEnv, resolves_within: int, min_evidence: int) -> tuple[tuple[str, int, int], ...]:
+    counts = evidence_counts(env)
+    found = [(m.market_id, m.resolves_in, counts.get(m.market_id, 0)) for m in env.view.markets
+             if 0 < m.resolves_in <= resolves_within and counts.get(m.market_id, 0) >= min_evidence]
+    return tuple(sorted(found, key=lambda x: (-x[2], x[1], x[0])))
+
+
+def _reply(model: ScriptedLLM, prompt: str) -> str:
+    think, action = model.decide(prompt)
+    return f"<think>{think}</think>\n{json.dumps(action)}"
+
+
+def decision_points(seeds: Iterable[int], config: RLAIFEnvConfig | Mapping[str, Any] | None = None, *,
+                    resolves_within: int = 12, min_evidence: int = 1, min_tick: int = 2, per_seed: int = 1,
+                    horizon: int = 1) -> list[DecisionPoint]:
+    """Up to `per_seed` decision points from each seed's episode (see the module docstring).
+
+    Args:
+        seeds: reset seeds (take them from `TRAIN_SEEDS` for training, `HELD_OUT_SEEDS` for evaluation).
+        config: the env config (a mapping of overrides or an `RLAIFEnvConfig`).
+        resolves_within: a qualifying market resolves within this many ticks of the point, > 0.
+        min_evidence: at least this many feed items of the prompt name it.
+        min_tick: no point before this tick (the first prompts have no feed yet).
+        per_seed: points per episode, at distinct ticks (fewer when the episode has fewer).
+        horizon: ticks a rollout from the point will play; a point leaves at least that many in the episode.
+
+    Returns:
+        The points, by seed then tick.
+    """
+    cfg = RLAIFEnvConfig.from_any(config)
+    if resolves_within < 1 or min_evidence < 0 or min_tick < 0 or per_seed < 1 or horizon < 1:
+        raise ConfigError(f"decision_points needs resolves_within >= 1, min_evidence >= 0, min_tick >= 0, per_seed "
+                          f">= 1 and horizon >= 1, got {resolves_within}, {min_evidence}, {min_tick}, {per_seed}, "
+                          f"{horizon}")
+    last = cfg.num_ticks - horizon  # the latest tick that leaves `horizon` ticks to play
+    if last < min_tick:
+        raise ConfigError(f"an episode of num_ticks={cfg.num_ticks} leaves no tick in [{min_tick}, {last}] for a "
+                          f"horizon of {horizon}; lower min_tick or horizon, or raise num_ticks")
+    model = ScriptedLLM()
+    points: list[DecisionPoint] = []
+    for seed in seeds:
+        seed = int(seed)
+        rng = np.random.default_rng([seed, 28])
+        starts = sorted(set(rng.integers(min_tick, last + 1, size=per_seed).tolist()))
+        env = RLAIFTextEnv(cfg)
+        prompt, _ = env.reset(seed=seed)
+        replies: list[str] = []
+        taken = 0
+        for t in range(last + 1):
+            if taken < len(starts) and t >= starts[taken]:
+                markets = _qualifying(env, resolves_within, min_evidence)
+                if markets:
+                    points.append(DecisionPoint(seed, t, tuple(replies), markets, prompt, env.get_state()))
+                    taken += 1
+                    while taken < len(starts) and starts[taken] <= t:
+                        taken += 1  # one point per tick
+                    if taken == len(starts):
+                        break
+            reply = _reply(model, prompt)
+            prompt, _, terminated, truncated, _ = env.step(reply)
+            replies.append(reply)
+            if terminated or truncated:
+                break
+    return points

@@ -1,0 +1,266 @@
+"""`rlaif-gym serve` against careless and hostile clients (issue 25 rows 4, 5, 7, 8, 12, 15).
+
+Every test starts a real uvicorn server on 127.0.0.1 (a free port, in a thread) and talks to it over the
+network: `RLAIFEnvClient` and raw frames over the WebSocket, httpx and raw sockets over HTTP (a raw
+socket sends a header that promises a body it never sends, which no HTTP library does). The server's
+log is watched: no request may end in an internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+
+import pytest
+
+pytest.importorskip("openenv")
+
+import httpx
+from websockets.sync.client import connect as ws_connect
+
+from rlaif_gym.errors import ConfigError
+from rlaif_gym.integrations.openenv import (
+    DEFAULT_SESSION_TIMEOUT_S,
+    RemoteCapacityError,
+    RemoteEnvError,
+    RLAIFEnvClient,
+    RLAIFOpenEnv,
+    SessionPool,
+    UnknownSessionError,
+    background_server,
+    create_app,
+)
+
+CONFIG = {"num_ticks": 4}
+KEY = "abuse-key-" + "k" * 32
+WAIT = '{"type": "wait"}'
+DEEP_ARRAY = "[" * 100_000 + "]" * 100_000
+DEEP_OBJECT = '{"a":' * 50_000 + "1" + "}" * 50_000
+
+
+@pytest.fixture
+def server_log(caplog):
+    """The server's own error records (internal errors are logged at ERROR with the traceback)."""
+    caplog.set_level(logging.WARNING)
+    yield caplog
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+@pytest.fixture
+def url(server_log):
+    with background_server(max_sessions=4, env_config=CONFIG, snapshot_key=KEY) as base_url:
+        yield base_url
+
+
+def _ws(url: str) -> str:
+    return url.replace("http://", "ws://") + "/ws"
+
+
+def _address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
+OUT_OF_BOUND = [
+    ({"reward_weights": {"pnl": 1e308}}, "reward_weights"),  # row 4: accepted, the reward became NaN or -inf
+    ({"market_duration_max": 2**63}, "market_duration_max"),  # row 5: INTERNAL_ERROR "this is a bug"
+    ({"market_duration_min": 10**30, "market_duration_max": 10**30}, "market_duration_min"),
+    ({"funding_interval": 2**64}, "funding_interval"),
+    ({"num_ticks": 10**9}, "num_ticks"),
+]
+
+
+@pytest.mark.parametrize(("config", "field"), OUT_OF_BOUND)
+def test_a_reset_config_past_its_bound_is_a_typed_error(url, config, field):
+    """Issue 25 rows 4 and 5, over the WebSocket and over HTTP: a VALIDATION_ERROR naming the field."""
+    with RLAIFEnvClient(base_url=url).sync() as env:
+        with pytest.raises(RemoteEnvError, match=field) as err:
+            env.reset(seed=0, config=config)
+        assert (err.value.code, err.value.error_type) == ("VALIDATION_ERROR", "ConfigError"), err.value
+        assert env.reset(seed=0).observation.tick == 0  # the session goes on
+    response = httpx.post(f"{url}/reset", json={"seed": 0, "config": config})
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert detail["error_type"] == "ConfigError" and field in detail["message"], detail
+    assert httpx.get(f"{url}/sessions").json()["active_sessions"] == 0  # the refused reset left no session
+
+
+def test_a_deeply_nested_frame_is_answered_and_the_session_goes_on(url):
+    """Issue 25 row 7: a 100k-deep JSON frame closed the WebSocket session with no answer (RecursionError)."""
+    with ws_connect(_ws(url), max_size=2**24) as raw:
+        raw.send(json.dumps({"type": "reset", "data": {"seed": 3}}))
+        first = json.loads(raw.recv(timeout=30))
+        assert first["type"] == "observation"
+        for frame in (DEEP_ARRAY, DEEP_OBJECT, '{"type": "reset", "data": ' + DEEP_ARRAY + "}"):
+            raw.send(frame)
+            reply = json.loads(raw.recv(timeout=30))
+            assert (reply["type"], reply["data"]["code"]) == ("error", "INVALID_JSON"), reply
+            assert "nested too deeply" in reply["data"]["message"]
+        nested = {"type": "reset", "data": {"seed": 3, "config": {"num_ticks": json.loads("[" * 500 + "]" * 500)}}}
+        raw.send(json.dumps(nested))  # parses, but is no config
+        reply = json.loads(raw.recv(timeout=30))
+        assert (reply["data"]["code"], reply["data"]["error_type"]) == ("VALIDATION_ERROR", "ConfigError"), reply
+        assert len(reply["data"]["message"]) < 2_000  # the bad value is quoted short, not whole
+        raw.send(json.dumps({"type": "state"}))
+        state = json.loads(raw.recv(timeout=30))
+        assert state["type"] == "state" and state["data"]["seed"] == 3  # the same session, untouched
+
+
+def _raw_request(url: str, head: bytes, body_chunks=(), timeout: float = 10.0) -> bytes:
+    """Send a request by hand (a header that promises more than is sent) and read the answer."""
+    sock = socket.create_connection(_address(url), timeout=timeout)
+    try:
+        sock.sendall(head)
+        for chunk in body_chunks:
+            try:
+                sock.sendall(chunk)
+            except OSError:  # the server answered and closed: stop sending
+                break
+        answer = b""
+        while b"\r\n\r\n" not in answer or len(answer) < answer.index(b"\r\n\r\n") + 100:
+            data = sock.recv(65536)
+            if not data:
+                break
+            answer += data
+        return answer
+    finally:
+        sock.close()
+
+
+def test_a_body_over_the_limit_gets_413_before_it_is_read(url):
+    """Issue 25 row 8: a 200 MB episode_id took the server from 214 MB to a 977 MB peak before its 422. Now a
+    body over the limit is refused unread: the header alone gets the 413 (the body is never sent here)."""
+    started = time.monotonic()
+    answer = _raw_request(url, b"POST /reset HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: 200000000\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+    assert time.monotonic() - started < 10  # answered at once, without waiting for 200 MB
+    detail = json.loads(answer.split(b"\r\n\r\n", 1)[1])["detail"]
+    assert detail["code"] == "PAYLOAD_TOO_LARGE" and "was not read" in detail["message"], detail
+    # Without a Content-Length (chunked), the body is counted as it arrives and refused past the limit.
+    chunk = b"x" * 65536
+    answer = _raw_request(url, b"POST /reset HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                               b"Transfer-Encoding: chunked\r\n\r\n", [b"10000\r\n" + chunk + b"\r\n"] * 400)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+    assert b"PAYLOAD_TOO_LARGE" in answer
+    assert httpx.get(f"{url}/health").json() == {"status": "healthy"}
+    assert httpx.get(f"{url}/sessions").json()["active_sessions"] == 0
+
+
+def test_the_body_limit_is_configurable_and_bodies_within_it_work(server_log):
+    app = create_app(max_sessions=2, env_config=CONFIG, snapshot_key=KEY, max_body_bytes=4096)
+    with background_server(app) as url:
+        response = httpx.post(f"{url}/reset", json={"seed": 0, "episode_id": "e" * 5000})
+        assert response.status_code == 413 and response.json()["detail"]["code"] == "PAYLOAD_TOO_LARGE"
+        assert "at most 4096 bytes" in response.json()["detail"]["message"]
+        started = httpx.post(f"{url}/reset", json={"seed": 0, "episode_id": "mine"})
+        assert started.status_code == 200 and started.json()["observation"]["tick"] == 0
+        step = httpx.post(f"{url}/step", json={"session_id": started.json()["session_id"], "action": {"reply": WAIT}})
+        assert step.status_code == 200 and step.json()["observation"]["tick"] == 1
+    with pytest.raises(ConfigError, match="max_body_bytes"):
+        create_app(max_body_bytes=10)
+
+
+def test_a_deeply_nested_http_body_gets_the_servers_error_format(url):
+    """Issue 25 row 15: a deeply nested body got FastAPI's generic 400 outside the server's error format."""
+    for path in ("/reset", "/step", "/snapshot", "/restore", "/close"):
+        response = httpx.post(f"{url}{path}", content=DEEP_ARRAY, headers={"content-type": "application/json"})
+        assert response.status_code == 400, (path, response.text)
+        detail = response.json()["detail"]
+        assert isinstance(detail, dict) and detail["code"] == "INVALID_JSON", (path, detail)
+        assert "nested too deeply" in detail["message"], detail
+    rpc = httpx.post(f"{url}/mcp", content=DEEP_OBJECT)
+    assert rpc.status_code == 200 and rpc.json()["error"]["code"] == -32700  # JSON-RPC's own parse error
+    missing = httpx.get(f"{url}/no-such-route")
+    assert missing.status_code == 404 and missing.json()["detail"]["code"] == "NOT_FOUND"
+    assert httpx.post(f"{url}/reset", json={"seed": 0}).status_code == 200  # the server goes on
+
+
+def test_an_http_route_cannot_drive_a_websocket_session():
+    """Issue 25 row 15: `SessionPool.get` did not check the session's transport."""
+    pool = SessionPool(lambda: RLAIFOpenEnv(CONFIG), max_sessions=2, timeout_s=None)
+    ws = pool.open("ws", "127.0.0.1")
+    http = pool.open("http", "127.0.0.1")
+    assert pool.get(http.id) is http
+    with pytest.raises(UnknownSessionError, match="is a ws session; it is driven only over its own WebSocket"):
+        pool.get(ws.id)  # what /step, /state, /snapshot, /restore and /close look up
+    assert pool.get(ws.id, transport="ws") is ws
+    with pytest.raises(UnknownSessionError, match="is a http session"):
+        pool.get(http.id, transport="ws")
+    assert len(pool) == 2  # nothing was closed by the refused lookups
+
+
+def test_one_client_cannot_take_every_session(server_log):
+    """Issue 25 row 12: one client could hold every slot of --max-sessions; a per-client cap keeps room for
+    the others (another address: 127.0.0.2, which the loopback interface answers too)."""
+    app = create_app(max_sessions=4, max_sessions_per_client=2, env_config=CONFIG, snapshot_key=KEY)
+    with background_server(app, host="0.0.0.0") as any_url:
+        url = any_url.replace("0.0.0.0", "127.0.0.1")
+        mine = [httpx.post(f"{url}/reset", json={"seed": i}).json()["session_id"] for i in range(2)]
+        refused = httpx.post(f"{url}/reset", json={"seed": 2})
+        assert refused.status_code == 503, refused.text
+        detail = refused.json()["detail"]
+        assert detail["code"] == "CAPACITY_REACHED" and "max_sessions_per_client" in detail["message"], detail
+        assert "--max-sessions-per-client 4" in detail["message"]
+        with RLAIFEnvClient(base_url=url).sync() as ws, pytest.raises(RemoteCapacityError, match=r"127\.0\.0\.1"):
+            ws.reset(seed=0)  # the cap counts WebSocket sessions of the same address too
+        other = httpx.Client(transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+        with other:
+            theirs = other.post(f"{url}/reset", json={"seed": 5})
+            assert theirs.status_code == 200, theirs.text  # another client still gets a slot
+        assert httpx.get(f"{url}/sessions").json()["max_sessions_per_client"] == 2
+        httpx.post(f"{url}/close", json={"session_id": mine[0]})
+        assert httpx.post(f"{url}/reset", json={"seed": 2}).status_code == 200  # a closed one frees its slot
+
+
+def test_idle_sessions_expire_after_120_s_by_default():
+    """Issue 25 row 12: HTTP sessions nobody closed held their slots for 600 s."""
+    assert DEFAULT_SESSION_TIMEOUT_S == 120.0
+    now = [0.0]
+    app = create_app(max_sessions=1, env_config=CONFIG, clock=lambda: now[0])
+    assert app.state.pool.timeout_s == 120.0
+    with background_server(app) as url:
+        assert httpx.post(f"{url}/reset", json={"seed": 0}).status_code == 200
+        now[0] = 121.0
+        assert httpx.post(f"{url}/reset", json={"seed": 0}).status_code == 200  # the idle one expired
+    from rlaif_gym.cli import main
+
+    assert main(["serve", "--max-sessions-per-client", "0"]) == 2
+
+
+def test_the_serve_command_says_its_idle_timeout_and_per_client_cap(capsys):
+    from rlaif_gym.cli import main
+
+    assert main(["serve", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--max-sessions-per-client" in text and "--session-timeout" in text and "120.0" in text, text
+    assert "no authentication" in text
+
+
+def test_http_answers_come_without_the_delayed_ack_wait(url):
+    """The listening socket says it is TCP, so asyncio sets TCP_NODELAY on each connection: an HTTP answer
+    (headers and body written apart) no longer waited ~40 ms for the client's delayed ACK (found while
+    fuzzing: every request took 44 ms)."""
+    with httpx.Client(base_url=url) as http:
+        http.get("/health")
+        times = []
+        for _ in range(15):
+            started = time.perf_counter()
+            assert http.get("/health").status_code == 200
+            times.append(time.perf_counter() - started)
+    assert sorted(times)[len(times) // 2] < 0.03, times  # the median; it was 0.044 s, now about 0.002 s
+
+
+def test_an_episode_id_is_a_short_string(url):
+    """An id is sent back with every state and snapshot: a 16 MiB frame could make it megabytes, a dict a
+    str() of it. 1 to 255 characters (as OpenEnv's HTTP reset body allows), else a typed error."""
+    with RLAIFEnvClient(base_url=url).sync() as env:
+        for bad in ("e" * 256, "", {"id": 1}, 7):
+            with pytest.raises(RemoteEnvError, match="episode_id must be a string of 1 to 255") as err:
+                env.reset(seed=0, episode_id=bad)
+            assert err.value.error_type == "ConfigError"
+        env.reset(seed=0, episode_id="e" * 255)
+        assert env.state().episode_id == "e" * 255
