@@ -73,7 +73,7 @@ from rlaif_gym.integrations.trl import (
 class Args:
     """Command-line arguments (each field is a `--flag`; underscores become dashes)."""
 
-    steps: int = 48
+    steps: int = 32
     """GRPO optimizer steps."""
     prompts_per_step: int = 2
     """Decision points (distinct start states) per GRPO step; each is answered num_generations times."""
@@ -81,7 +81,7 @@ class Args:
     """GRPO group size: replies per decision point."""
     temperature: float = 1.0
     """Sampling temperature of GRPO's rollouts."""
-    learning_rate: float = 1e-4
+    learning_rate: float = 3e-4
     """AdamW learning rate of GRPO (of the LoRA adapter, or of all weights with --lora-r 0)."""
     max_reply_tokens: int = 64
     """Token budget of one reply (64 fit a buy after SFT; 48 cut its JSON)."""

@@ -562,7 +562,8 @@ def _build_app():
             table.add_row(_outside(row.label), *map(_outside, row.values), *([row.delta] if len(runs) == 2 else []))
         qualities = [summarize_quality([t.quality for t in r.trajectories]) for r in runs]
         table.add_section()
-        table.add_row("[bold]Quality (BABYLON.md §6.4)[/bold]", *([""] * (len(runs) + (len(runs) == 2))))
+        quality_title = "[bold]Quality (the original's rules, docs/babylon.md)[/bold]"
+        table.add_row(quality_title, *([""] * (len(runs) + (len(runs) == 2))))
         extra = [""] if len(runs) == 2 else []
         table.add_row("quality: valid", *(f"{q['valid']} / {q['trajectories']}" for q in qualities), *extra)
         table.add_row("quality: mean score", *(f"{q['mean_quality']:.3f}" for q in qualities), *extra)

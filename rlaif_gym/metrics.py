@@ -73,7 +73,7 @@ __all__ = [
 ]
 
 TICKS_PER_YEAR = 24 * 365
-"""Ticks in a simulated year: one tick is one simulated hour (WORLD.md §1). The annualisation factor."""
+"""Ticks in a simulated year: one tick is one simulated hour (docs/world.md). The annualisation factor."""
 
 _FLAT = 1e-15
 """A per-tick return spread at or below this is no spread at all (an equity curve that never moved)."""

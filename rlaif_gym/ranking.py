@@ -1,11 +1,12 @@
 """Does the return rank skill? Reference policies in both faces, scored by the env's own reward.
 
-WORLD.md §8's promise, measured: summed over whole episodes on held-out seeds, the default reward of
-`RLAIF-v0` and `RLAIF-Text-v0` must order policies the way a trader would. This module plays the
-reference policies (numeric: the baseline agents; text: the offline scripted model, boilerplate,
-random and judge-gaming replies, a social poster) and reports mean return, mean PnL, their standard
-errors and the rank correlation between return and PnL. `examples/reward_ranking.py` prints the
-ranking tables of docs/reward.md from it; `tests/test_reward_ranking.py` asserts the orderings on a smaller sample.
+The promise of docs/reward.md ("Does the return rank skill?"), measured: summed over whole episodes
+on held-out seeds, the default reward of `RLAIF-v0` and `RLAIF-Text-v0` must order policies the way
+a trader would. This module plays the reference policies (numeric: the baseline agents; text: the
+offline scripted model, boilerplate, random and judge-gaming replies, a social poster) and reports
+mean return, mean PnL, their standard errors and the rank correlation between return and PnL.
+`examples/reward_ranking.py` prints the ranking tables of docs/reward.md from it;
+`tests/test_reward_ranking.py` asserts the orderings on a smaller sample.
 
 Every text policy answers the prompt the env renders (and, where its rule needs ids, the same
 tick's `TickView`): nothing reads the hidden truth except `OracleAgent` in the numeric face.

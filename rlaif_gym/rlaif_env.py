@@ -8,7 +8,7 @@ Code written against the original Babylon training package imports these four na
 They are the same objects as `rlaif_gym.RLAIFEnv` / `rlaif_gym.RLAIFEnvConfig` (this module only
 re-exports them; there is no second environment).
 
-Behaviour that differs from the original (BABYLON.md §7.1, §8):
+Behaviour that differs from the original (docs/babylon.md ("The original's Atropos env", "The original's defects")):
 
 * **`RLAIFEnv` is a Gymnasium environment over a live, seeded world**, not an Atropos `BaseEnv`
   that re-scores trajectories stored in PostgreSQL. The original had no `gymnasium.Env` at all; its

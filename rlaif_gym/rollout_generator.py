@@ -22,7 +22,7 @@ There is no second engine and no second reward path: each tick is one `RLAIFText
 and the tick's reward, feedback and `pnl_delta` are the env's. The tick quality checks and the
 rollout validation are `rlaif_gym.rollout.quality`'s, the same ones the rollout collector reports.
 
-Behaviour that differs from the original (BABYLON.md §4, §5.4, §6.4, §8):
+Behaviour that differs from the original (docs/babylon.md ("The original system", "The original's defects")):
 
 * **The simulation is an rlaif_gym env.** `simulation` (and what `simulation_factory` returns) may
   be a text env (`RLAIFTextEnv`, `gym.make("RLAIF-Text-v0")`, with or without wrappers), a numeric
@@ -316,7 +316,7 @@ def _text_env(simulation: Any) -> tuple[gym.Env, RLAIFTextEnv, bool]:
 
 
 def _env_state(view: TickView, starting_cash: float) -> EnvironmentState:
-    """The account before the tick's action (BABYLON.md §3.2 with real values)."""
+    """The account before the tick's action (docs/babylon.md ("The original's observation"), with real values)."""
     positions = sum((m.held_yes > 0) + (m.held_no > 0) for m in view.markets) + sum(p.side is not None
                                                                                    for p in view.perps)
     return EnvironmentState(agent_balance=view.equity, agent_pnl=view.equity - starting_cash,
@@ -325,7 +325,10 @@ def _env_state(view: TickView, starting_cash: float) -> EnvironmentState:
 
 
 def _observation(view: TickView, prompt: str, system: str) -> dict[str, Any]:
-    """The original's observation keys (BABYLON.md §3.1) from the public view, plus the prompts."""
+    """The original's observation keys from the public view, plus the prompts.
+
+    The keys: docs/babylon.md ("The original's observation").
+    """
     data = view.to_dict()
     return {
         "tick": view.tick,

@@ -1,12 +1,12 @@
 """The trajectory schema: what one recorded episode holds, as versioned pydantic v2 models.
 
-It keeps the original Babylon data model (BABYLON.md §4: trajectory, step, LLM call, action,
-environment state) with its exact camelCase aliases for export (`agentPnL`, `finalPnL`, `llmCalls`,
-`stepsJson` layout; the original's `to_camel("final_pnl")` gave `finalPnl`, which silently loaded
-as 0), and extends it (WORLD.md §9) with the observation in both faces, the feedback and
-`pnl_delta`, the reward components and weights, full LLM-call records (model, sampling, latency,
-usage, token ids and logprobs when the server returns them, and any error), and the provenance:
-`schema_version`, env id, config, seed and package version.
+It keeps the original Babylon data model (docs/babylon.md ("The original's data model"): trajectory,
+step, LLM call, action, environment state) with its exact camelCase aliases for export (`agentPnL`,
+`finalPnL`, `llmCalls`, `stepsJson` layout; the original's `to_camel("final_pnl")` gave `finalPnl`,
+which silently loaded as 0), and extends it (docs/collecting.md) with the observation in both faces,
+the feedback and `pnl_delta`, the reward components and weights, full LLM-call records (model,
+sampling, latency, usage, token ids and logprobs when the server returns them, and any error), and
+the provenance: `schema_version`, env id, config, seed and package version.
 
 Field names are snake_case in Python and accept either spelling on input; `to_json` writes the
 camelCase aliases. Readers reject an unknown `schema_version` with `SchemaVersionError`. Records
@@ -132,7 +132,7 @@ class LLMCallError(_Record):
 
 
 class LLMCall(_Record):
-    """One LLM call, policy or judge, successful or not (BABYLON.md §4 LLMCall, extended).
+    """One LLM call, policy or judge, successful or not (the original's LLMCall, extended).
 
     `temperature` and `max_tokens` are optional: the original required them even when unknown.
     """
@@ -172,7 +172,7 @@ class ProviderAccess(_Record):
 
 
 class Action(_Record):
-    """The action taken at a step and its result (BABYLON.md §4 Action)."""
+    """The action taken at a step and its result (the original's Action)."""
 
     action_type: str
     parameters: dict[str, Any] = Field(default_factory=dict)
@@ -183,7 +183,7 @@ class Action(_Record):
 
 
 class EnvironmentState(_Record):
-    """The agent's account before the step's action (BABYLON.md §4 EnvironmentState).
+    """The agent's account before the step's action (the original's EnvironmentState).
 
     Extra keys (equity, cash, tick, ...) are allowed, as in the original's TS mirror.
     """
@@ -196,7 +196,7 @@ class EnvironmentState(_Record):
     @field_validator("open_positions", mode="before")
     @classmethod
     def _count(cls, value: Any) -> Any:
-        # The original sometimes stored the list of positions here (BABYLON.md §8.6).
+        # The original sometimes stored the list of positions here (docs/babylon.md ("The original's defects", 6)).
         return len(value) if isinstance(value, list) else value
 
 
@@ -240,7 +240,7 @@ class TrajectoryStep(_Record):
 
 
 class Trajectory(_Record):
-    """One episode (BABYLON.md §4 TrainingTrajectory, alias BabylonTrajectory, extended)."""
+    """One episode (the original's TrainingTrajectory, alias BabylonTrajectory, extended)."""
 
     schema_version: int = SCHEMA_VERSION
     trajectory_id: str

@@ -1,26 +1,29 @@
-"""Imports flow downward (ARCHITECTURE.md): the sim imports only numpy and the standard library.
+"""Imports flow downward (docs/layout.md ("Import layers")): the sim imports only numpy and the standard library.
 
 Walks the AST of every module; fails on an upward or sideways import inside the package, and on
-any third-party import in `rlaif_gym/sim` other than numpy.
+any third-party import in `rlaif_gym/sim` other than numpy. The table of layers names only modules
+that exist, every module has a layer, and docs/layout.md shows the same table.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "rlaif_gym"
+ROOT = Path(__file__).resolve().parents[1]
+PKG = ROOT / "rlaif_gym"
 
-# Layer of each top-level module or subpackage of rlaif_gym (ARCHITECTURE.md "Import layers").
+# Layer of each top-level module or subpackage of rlaif_gym (docs/layout.md ("Import layers")).
 LAYERS = {
     "errors": -1, "_version": -1, "config": 0,  # errors is the floor: every module, config included, may raise them
     "sim": 1, "trajectory": 1,
     "encoding": 2, "llm": 2, "storage": 2,
     "rewards": 3, "agents": 3, "judge": 3,
-    "envs": 4, "wrappers": 4, "llm_judge": 4,
+    "envs": 4, "llm_judge": 4,
     "rollout": 5,
     # cli is the top: it composes everything, the L6 integrations (e.g. serve-local) included.
     "cli": 7, "integrations": 6, "benchmark": 5, "ranking": 6,
@@ -38,6 +41,28 @@ def _modules():
         if rel.parts == ("__init__.py",):
             continue
         yield rel.parts[0].removesuffix(".py"), path
+
+
+def _top_level_names() -> set[str]:
+    """The top-level modules and subpackages of rlaif_gym (the root `__init__` aside)."""
+    names = {p.stem for p in PKG.glob("*.py") if p.name != "__init__.py"}
+    return names | {p.name for p in PKG.iterdir() if (p / "__init__.py").is_file()}
+
+
+def test_every_layer_names_a_module_and_every_module_has_a_layer():
+    names = _top_level_names()
+    assert not set(LAYERS) - names, f"LAYERS lists what rlaif_gym does not have: {sorted(set(LAYERS) - names)}"
+    assert not names - set(LAYERS), f"these have no layer in LAYERS: {sorted(names - set(LAYERS))}"
+
+
+def test_docs_layout_shows_the_same_layers():
+    """docs/layout.md's "Import layers" table is this test's LAYERS (`floor` is -1)."""
+    text = (ROOT / "docs" / "layout.md").read_text().split("## Import layers", 1)[1]
+    documented = {}
+    for label, names in re.findall(r"^\| *(L\d+|floor) *\|([^|\n]*)\|", text, flags=re.MULTILINE):
+        for name in re.findall(r"`(\w+)`", names):
+            documented[name] = -1 if label == "floor" else int(label[1:])
+    assert documented == LAYERS
 
 
 def _imports(path: Path):

@@ -1,4 +1,4 @@
-"""The default return ranks skill (WORLD.md §8), in both faces, on a smaller sample than the table in docs/reward.md.
+"""The default return ranks skill, in both faces, on a smaller sample than the table in docs/reward.md.
 
 The docs' table (docs/reward.md, `examples/reward_ranking.py`, 100 held-out seeds per row) is the claim; these
 tests re-check every ordering it lists (`rlaif_gym.ranking.EXPECTED_ORDERS`) on fewer seeds, with

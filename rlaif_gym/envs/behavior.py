@@ -1,9 +1,9 @@
 """Episode behaviour metrics for one world, and the `behavior` reward component they drive.
 
-The original scored an archetype's behaviour once per trajectory (BABYLON.md §5.6-§5.7). Inside
-`step` we pay it as potential-based shaping: the component at tick t is
-score(metrics after t) - score(metrics before t), so the per-step rewards add up to the episode's
-behaviour score exactly, and no tick is paid twice for the same behaviour.
+The original scored an archetype's behaviour once per trajectory
+(docs/babylon.md ("The original's archetypes")). Inside `step` we pay it as potential-based shaping:
+the component at tick t is score(metrics after t) - score(metrics before t), so the per-step rewards
+add up to the episode's behaviour score exactly, and no tick is paid twice for the same behaviour.
 """
 
 from __future__ import annotations

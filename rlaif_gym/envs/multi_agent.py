@@ -6,7 +6,7 @@ importing PettingZoo; `rlaif_gym.integrations.pettingzoo.parallel_env()` adds th
 class and `rlaif_gym.integrations.rllib` the RLlib `MultiAgentEnv` adapter.
 
 All agents trade in the same prediction-market pools and perps, next to the NPCs: one agent's order
-moves the price the others pay and see (WORLD.md). Execution within a tick is sequential in a
+moves the price the others pay and see (docs/world.md). Execution within a tick is sequential in a
 random order per tick (see `rlaif_gym.sim.multi` for the fairness rule); each agent then has its own
 account, observation, reward and episode end.
 """

@@ -2,8 +2,8 @@
 
 `rules.RuleJudge` is the hardened judge the text env trains with: grounded in the tick the model saw
 and robust to keyword stuffing, repetition, padding and prompt copying. `legacy` reproduces the
-original Babylon heuristics (BABYLON.md §6.1 to §6.3), with three documented defect fixes, so that
-scores can be compared with the original's.
+original Babylon heuristics (docs/babylon.md ("The original's quality heuristics")), with three
+documented defect fixes, so that scores can be compared with the original's.
 """
 
 from .legacy import (

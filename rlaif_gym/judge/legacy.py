@@ -1,13 +1,13 @@
 r"""The original Babylon quality heuristics, reproduced as pure functions for comparability.
 
-Design note. This module ports three files of the original training pipeline (BABYLON.md §6.1
-`quality_utils.py`, §6.2 `format_validator.py`, §6.3 `quality_scorer.py`) so that scores produced in
-rlaif_gym can be set beside the original's, number for number. It is *not* the judge that rlaif_gym
-trains with: the hardened rule judge lives elsewhere in this package (`rules.py`) and is free to
-change the rules; this module is not.
+Design note. This module ports three files of the original training pipeline (`quality_utils.py`,
+`format_validator.py`, `quality_scorer.py`; docs/babylon.md ("The original's quality heuristics"))
+so that scores produced in rlaif_gym can be set beside the original's, number for number. It is
+*not* the judge that rlaif_gym trains with: the hardened rule judge lives elsewhere in this package
+(`rules.py`) and is free to change the rules; this module is not.
 
-Only three defects of the original (BABYLON.md §8 items 5 and 8) are fixed here, and each fix is
-documented on the function it touches:
+Only three defects of the original (docs/babylon.md ("The original's defects", 5 and 8)) are fixed
+here, and each fix is documented on the function it touches:
 
 1. every keyword list is matched on word boundaries (regex ``\b``) instead of as substrings, so
    "long" no longer matches "belong", "buy" not "buyer", "sell" not "seller"; a multi-word phrase
@@ -171,7 +171,7 @@ def _as_text(value: object) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.1 Tick quality (quality_utils.py)
+# Tick quality (quality_utils.py)
 # ---------------------------------------------------------------------------------------------
 
 _DECISION_ELEMENT = re.compile(r"<decision[\s/>]")
@@ -192,11 +192,11 @@ def validate_xml_structure(response: str) -> float:
       (single or double quotes, case-sensitive, anywhere in the response);
     * +0.5: otherwise.
 
-    Defect fixed (BABYLON.md §8 item 8): the original tested for the substring ``<decision``, which
-    ``<decisions>`` itself contains, so its -0.5 tier could never fire. Requiring the element form
-    makes it reachable: ``<decisions></decisions>`` now scores -0.5 rather than -0.2. The tier was
-    kept rather than dropped because it separates "wrapper with nothing in it" from "decision
-    without arguments", which is what the original meant to do.
+    Defect fixed (docs/babylon.md ("The original's defects", 8)): the original tested for the
+    substring ``<decision``, which ``<decisions>`` itself contains, so its -0.5 tier could never
+    fire. Requiring the element form makes it reachable: ``<decisions></decisions>`` now scores -0.5
+    rather than -0.2. The tier was kept rather than dropped because it separates "wrapper with
+    nothing in it" from "decision without arguments", which is what the original meant to do.
 
     Args:
         response: the LLM's raw reply.
@@ -258,7 +258,7 @@ def check_reasoning_action_alignment(text: str, action_type: str | None, side: s
 
     With no action (``action_type is None``) or no text the result is 0.5 and no bonus is added.
 
-    Defects fixed (BABYLON.md §8 item 8):
+    Defects fixed (docs/babylon.md ("The original's defects", 8)):
 
     * words match on word boundaries, not as substrings: "I belong here" has no bullish hit, "the
       buyer" no buy hit, "seller" no sell hit. A side effect of the fix is that inflected forms no
@@ -270,7 +270,7 @@ def check_reasoning_action_alignment(text: str, action_type: str | None, side: s
       LONG perp stays sell-like, and closing a SHORT perp (buying it back) is buy-like. ``side=None``
       gives the original's behaviour. The side is case-insensitive; an unknown side is ignored.
 
-    The literacy bonus still rewards keyword stuffing (§8 item 8); that is left as it was, for
+    The literacy bonus still rewards keyword stuffing (defect 8); that is left as it was, for
     comparability.
 
     Args:
@@ -324,8 +324,9 @@ def check_reasoning_coherence(text: str) -> float:
 
     A text shorter than 20 characters scores 0.1 outright.
 
-    Defect fixed (BABYLON.md §8 item 8): conclusion markers match on word boundaries, so "decision"
-    no longer fires inside "indecisions" or the tag ``<decisions>``, nor "final" inside "finally".
+    Defect fixed (docs/babylon.md ("The original's defects", 8)): conclusion markers match on word
+    boundaries, so "decision" no longer fires inside "indecisions" or the tag ``<decisions>``, nor
+    "final" inside "finally".
 
     Args:
         text: the reasoning to score.
@@ -376,7 +377,9 @@ def calculate_detailed_tick_quality(
     side: str | None = None,
     action_reasoning: str | None = None,
 ) -> tuple[float, float]:
-    """The (format, reasoning) pair the original fed into every per-tick reward (BABYLON.md §5.4).
+    """The (format, reasoning) pair the original fed into every per-tick reward.
+
+    The per-tick reward: docs/babylon.md ("The original's reward formulas").
 
     * ``fmt`` = `validate_xml_structure` of the **last** response, or 0.0 when there are no
       responses or the last one is empty;
@@ -429,7 +432,10 @@ TICK_QUALITY_WEIGHTS: Mapping[str, Mapping[str, float]] = MappingProxyType({
         "default": (0.40, 0.30, 0.20, 0.10),
     }.items()
 })
-"""The original's ARCHETYPE_WEIGHTS quality table (BABYLON.md §6.1): 13 rows, each summing to 1."""
+"""The original's ARCHETYPE_WEIGHTS quality table: 13 rows, each summing to 1.
+
+Described in docs/babylon.md ("The original's quality heuristics").
+"""
 
 
 def calculate_tick_quality_score(
@@ -547,7 +553,9 @@ def _non_negative(value: object) -> float:
 
 
 def assess_trajectory_difficulty(ticks: Sequence[DifficultyTick]) -> TrajectoryDifficulty:
-    """Grade a trajectory for the curriculum, as the original did (BABYLON.md §6.1).
+    """Grade a trajectory for the curriculum, as the original did.
+
+    Described in docs/babylon.md ("The original's quality heuristics").
 
     The sum of, capped at 1:
 
@@ -632,14 +640,17 @@ def assess_trajectory_difficulty(ticks: Sequence[DifficultyTick]) -> TrajectoryD
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.2 Response format validation (format_validator.py)
+# Response format validation (format_validator.py)
 # ---------------------------------------------------------------------------------------------
 
 VALID_ACTION_TYPES: frozenset[str] = frozenset({
     "buy", "sell", "open_perp", "close_perp", "wait", "trade", "predict", "post", "create_post",
     "send_dm", "dm", "research", "analyze",
 })
-"""Action types the original's format validator accepted (BABYLON.md §2.2)."""
+"""Action types the original's format validator accepted.
+
+Described in docs/babylon.md ("The original's action vocabularies").
+"""
 
 REQUIRED_ACTION_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "buy": ("market", "amount"),
@@ -656,7 +667,10 @@ REQUIRED_ACTION_FIELDS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "research": (),
     "analyze": (),
 })
-"""Keys each action type must carry (BABYLON.md §2.2); an unknown type requires none."""
+"""Keys each action type must carry; an unknown type requires none.
+
+Described in docs/babylon.md ("The original's action vocabularies").
+"""
 
 _THINK_OPEN = re.compile(r"<think>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"</think>", re.IGNORECASE)
@@ -880,9 +894,9 @@ def score_reasoning_quality(think_text: str) -> float:
 
     The maximum is therefore 0.3 + 0.2 + 0.2 + 0.15 + 0.15 = 1.0.
 
-    Defect fixed (BABYLON.md §8 item 8): every term list matches on word boundaries ("stop" no
-    longer fires in "nonstop", "eth" in "method", "since" in "sincere"); "based on" and "due to"
-    match as phrases.
+    Defect fixed (docs/babylon.md ("The original's defects", 8)): every term list matches on word
+    boundaries ("stop" no longer fires in "nonstop", "eth" in "method", "since" in "sincere");
+    "based on" and "due to" match as phrases.
 
     Args:
         think_text: the contents of the think tags (not the whole reply).
@@ -923,7 +937,7 @@ def score_length(response: str, thinking: str | None = None) -> float:
 
 @dataclass(frozen=True)
 class FormatReport:
-    """The §6.2 verdict on one reply (the original's FormatValidationResult, flattened).
+    """The format validator's verdict on one reply (the original's FormatValidationResult, flattened).
 
     Attributes:
         think_score: `validate_think_tags`, in [0, 1].
@@ -959,7 +973,7 @@ class FormatReport:
 
 
 def validate_response_format(response: str) -> FormatReport:
-    """Run every §6.2 check on one reply, as the original's ``validate_response_format``.
+    """Run every format-validator check on one reply, as the original's ``validate_response_format``.
 
     The word-boundary fix of `score_reasoning_quality` applies.
 
@@ -990,13 +1004,13 @@ def validate_response_format(response: str) -> FormatReport:
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.3 QualityScorer (quality_scorer.py)
+# QualityScorer (quality_scorer.py)
 # ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class LengthPenalties:
-    """The §6.3 length penalties.
+    """The QualityScorer's length penalties.
 
     Attributes:
         thinking: in [-0.5, 0].
@@ -1036,7 +1050,7 @@ def _response_penalty(length: int) -> float:
 
 
 def length_penalties(thinking: str, response: str) -> LengthPenalties:
-    """The QualityScorer's length penalties (BABYLON.md §6.3).
+    """The QualityScorer's length penalties (docs/babylon.md ("The original's quality heuristics")).
 
     Thinking (stripped length): < 30 → -0.5; < 100 → -0.3; < 150 → -0.1; ≤ 600 → 0; ≤ 1000 → -0.1;
     above → -0.2. Response (raw length): < 50 → -0.4; < 150 → -0.2; ≤ 1000 → 0; ≤ 2000 → -0.1;
@@ -1108,8 +1122,8 @@ def quality_total(fmt: float, rsn: float, exec_score: float, length_penalty: flo
     """The QualityScorer's total: ``clip01(.4 fmt + .3 rsn + .2 exec + .1 length_penalty)``.
 
     Args:
-        fmt: the §6.2 format score, in [0, 1].
-        rsn: the §6.2 reasoning score, in [0, 1].
+        fmt: the format validator's format score, in [0, 1].
+        rsn: the format validator's reasoning score, in [0, 1].
         exec_score: `execution_score`.
         length_penalty: `LengthPenalties.combined` (≤ 0, so it only subtracts).
 
@@ -1126,7 +1140,7 @@ def combined_format_score(fmt: float, length_penalty: float) -> float:
     The original passed this, not the raw format score, to its rewards.
 
     Args:
-        fmt: the §6.2 format score.
+        fmt: the format validator's format score.
         length_penalty: `LengthPenalties.combined`.
 
     Returns:
@@ -1215,7 +1229,9 @@ def score_response(
 
 
 def archetype_quality_bonus(archetype: str | None, quality: QualityScore) -> float:
-    """The QualityScorer's archetype bonus (BABYLON.md §6.3), matched on the lower-cased name.
+    """The QualityScorer's archetype bonus, matched on the lower-cased name.
+
+    Described in docs/babylon.md ("The original's quality heuristics").
 
     * "degen": +0.2 for a valid action, +0.2 for a non-wait action, +0.1 for thinking;
     * "analyst" / "researcher": ``0.4 * reasoning`` + 0.1 if thinking is longer than 150

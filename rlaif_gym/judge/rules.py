@@ -1,9 +1,9 @@
 """`RuleJudge`: deterministic AI-feedback scores for one reply, with no model and no I/O.
 
-Design. The original's heuristics (BABYLON.md §6) paid for keywords: any reply that said
-"bullish", "exposure" and "profit" and was long enough scored well. This judge keeps their ideas
-(format tags, reasoning that agrees with the action, a conclusion) but pays only for things a
-reader can check against the tick the model saw:
+Design. The original's heuristics (docs/babylon.md ("The original's quality heuristics")) paid for
+keywords: any reply that said "bullish", "exposure" and "profit" and was long enough scored well.
+This judge keeps their ideas (format tags, reasoning that agrees with the action, a conclusion) but
+pays only for things a reader can check against the tick the model saw:
 
 * **grounding**: distinct facts the reasoning cites that are true in the prompt. Evidence (news
   sources, NPCs and group chats that said something about the market in question) counts 1 each;

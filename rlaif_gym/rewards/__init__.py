@@ -5,7 +5,7 @@ return ranks traders, or the `original` scheme that reproduces Babylon's numbers
 
 Also the original system's reward helpers (`original`: primitive rewards, the composite, ranking
 helpers, the normalizer) and its archetype machinery (`archetypes`: weights, behaviour bonuses,
-priority metrics, rubrics), with the defects of BABYLON.md §8 fixed.
+priority metrics, rubrics), with the original's defects fixed (docs/babylon.md ("The original's defects")).
 """
 
 from .archetypes import (

@@ -1,21 +1,21 @@
-"""Archetype machinery of the original (BABYLON.md §5.5–5.7, §7.4): weights, behaviour bonuses, rubrics.
+"""The original's archetype machinery (docs/babylon.md ("The original's archetypes")): weights, bonuses, rubrics.
 
 This module's one job is to score how well a trajectory fits a named behavioural archetype
 ("degen", "trader", "social-butterfly", ...) and blend that into the original's archetype composite
 reward. It holds:
 
-- ``ARCHETYPE_REWARD_WEIGHTS``: the §5.5 table of (pnl, format, reasoning, behavior) weights,
+- ``ARCHETYPE_REWARD_WEIGHTS``: the table of (pnl, format, reasoning, behavior) weights,
   each row checked to sum to 1 at import.
-- ``calculate_archetype_behavior_bonus``: the §5.7 rule table, in [-0.5, 0.5].
-- ``priority_weighted_score``: the §5.6 harmonic-weighted, min-max-normalised metric score, in [0, 1].
-- ``behavior_score`` and ``archetype_composite_reward``: the §5.6 blend and composite.
+- ``calculate_archetype_behavior_bonus``: the rule table, in [-0.5, 0.5].
+- ``priority_weighted_score``: the harmonic-weighted, min-max-normalised metric score, in [0, 1].
+- ``behavior_score`` and ``archetype_composite_reward``: the blend and composite.
 - The rubrics and priority-metric lists, loaded from the package resource ``data/rubrics.json``.
 
-Fixes relative to the original (BABYLON.md §8 item 11): the rubric file is a package resource,
-read with ``importlib.resources``. A missing or malformed file raises ``RubricsError`` instead of
-silently falling back to defaults, and a known archetype always uses its own weights and priority
-list. The original downgraded every archetype to "default". Only an *unknown* archetype maps to
-"default", explicitly, in ``normalize_archetype``.
+Fixes relative to the original (docs/babylon.md ("The original's defects", 11)): the rubric file is
+a package resource, read with ``importlib.resources``. A missing or malformed file raises
+``RubricsError`` instead of silently falling back to defaults, and a known archetype always uses its
+own weights and priority list. The original downgraded every archetype to "default". Only an
+*unknown* archetype maps to "default", explicitly, in ``normalize_archetype``.
 
 Metric names. The original's rubric file names metrics in camelCase, sometimes with a group prefix
 (``trading.totalPnL``) and sometimes in a short form (``uniqueUsers``, ``dms``). Here every metric
@@ -95,7 +95,7 @@ __all__ = [
 DEFAULT_ARCHETYPE = "default"
 
 # --------------------------------------------------------------------------------------------------
-# Weights (§5.5)
+# Weights
 # --------------------------------------------------------------------------------------------------
 
 
@@ -176,13 +176,13 @@ def archetype_weights(archetype: str | None) -> Mapping[str, float]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Behaviour metrics (§5.7)
+# Behaviour metrics
 # --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class BehaviorMetrics:
-    """Per-trajectory behaviour statistics the archetype scores read (BABYLON.md §5.7).
+    """Per-trajectory behaviour statistics the archetype scores read (docs/babylon.md ("The original's archetypes")).
 
     Counts are per episode; money is USD; rates and accuracies are fractions in [0, 1]. Every field
     defaults to 0. Validated on construction: a NaN would silently fail every threshold.
@@ -258,7 +258,7 @@ class BehaviorMetrics:
 _BEHAVIOR_FIELDS: frozenset[str] = frozenset(f.name for f in fields(BehaviorMetrics))
 
 # --------------------------------------------------------------------------------------------------
-# Behaviour bonus (§5.7)
+# Behaviour bonus
 # --------------------------------------------------------------------------------------------------
 
 BONUS_EXCEPTIONAL = 0.30
@@ -554,7 +554,7 @@ if set(_BONUS_RULES) != set(ARCHETYPES):  # pragma: no cover - import-time consi
 
 
 def calculate_archetype_behavior_bonus(archetype: str | None, metrics: BehaviorMetrics) -> float:
-    """Bonus for behaving like the archetype, from the §5.7 rule table, clamped to [-0.5, 0.5].
+    """Bonus for behaving like the archetype, from the original's rule table, clamped to [-0.5, 0.5].
 
     Each archetype has a few rules; within a rule the tiers are tried top-down (if/elif) and the
     first that matches contributes; the rules' contributions add up. "default" and unknown
@@ -574,7 +574,7 @@ def calculate_archetype_behavior_bonus(archetype: str | None, metrics: BehaviorM
 
 
 # --------------------------------------------------------------------------------------------------
-# Priority-weighted score (§5.6)
+# Priority-weighted score
 # --------------------------------------------------------------------------------------------------
 
 METRIC_RANGES: Mapping[str, tuple[float, float]] = MappingProxyType(
@@ -723,7 +723,7 @@ def metric_range(name: str) -> tuple[float, float]:
 
 
 def metric_value(metrics: BehaviorMetrics, name: str) -> float:
-    """The value of a (snake_case) metric: a field, a fixed constant, or an approximation (§5.6).
+    """The value of a (snake_case) metric: a field, a fixed constant, or an approximation.
 
     Raises:
         KeyError: the name is not a known metric.
@@ -738,7 +738,7 @@ def metric_value(metrics: BehaviorMetrics, name: str) -> float:
 
 
 def priority_weighted_score(archetype: str | None, metrics: BehaviorMetrics) -> float:
-    """How well the archetype's priority metrics score, weighted by priority, in [0, 1] (§5.6).
+    """How well the archetype's priority metrics score, weighted by priority, in [0, 1].
 
     The archetype's ordered priority list comes from ``rubrics.json``. Metric ``i`` (0-based) gets
     the harmonic weight ``1/(i+1)``, normalised to sum to 1. Its value is min-max normalised with its
@@ -784,7 +784,9 @@ def archetype_composite_reward(
     archetype: str | None,
     behavior_metrics: BehaviorMetrics | None = None,
 ) -> float:
-    """The original's archetype-aware composite reward (BABYLON.md §5.6), always in [-1, 1].
+    """The original's archetype-aware composite reward, always in [-1, 1].
+
+    Described in docs/babylon.md ("The original's archetypes").
 
     1. ``pnl_score = calculate_pnl_reward(start, end)`` as in ``composite_reward`` step 1.
     2. Bankruptcy (end ≤ 0 USD) returns -1.0 for every archetype. The original returned -1 for most
@@ -831,7 +833,7 @@ def archetype_composite_reward(
 
 
 # --------------------------------------------------------------------------------------------------
-# Rubrics and priority metrics (package resource, §7.4)
+# Rubrics and priority metrics (package resource)
 # --------------------------------------------------------------------------------------------------
 
 RUBRICS_RESOURCE = "data/rubrics.json"

@@ -110,7 +110,7 @@ def pnl_component(pnl_delta: np.ndarray, starting_cash: float, pnl_scale: float 
     Args:
         pnl_delta: equity after minus equity before the whole transition, USD.
         starting_cash: the episode's starting cash, USD.
-        pnl_scale: the original's x10 (BABYLON.md §5.2), so a 10% move saturates the component.
+        pnl_scale: the original's x10, so a 10% move saturates the component.
     """
     return np.clip(pnl_scale * np.asarray(pnl_delta, np.float64) / starting_cash, -1.0, 1.0)
 
@@ -126,7 +126,7 @@ def risk_component(
     """The original scheme's flat -penalty for adding exposure above `threshold` x equity, or asking beyond the cap.
 
     After the original's calculate_risk_reward (-0.5 when exposure > 80% and the action buys or
-    opens, BABYLON.md §5.2), but with exposure measured as gross exposure over equity rather than the
+    opens), but with exposure measured as gross exposure over equity rather than the
     original's count of open positions / 10. A 1-USD buy and a 10,000-USD buy pay the same; the
     skill scheme uses `proportional_risk_component` instead.
 

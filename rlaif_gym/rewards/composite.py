@@ -4,7 +4,7 @@
 the behaviour tracker's change where a face has them) into named raw components and weights them.
 Two schemes, chosen by `RLAIFEnvConfig.reward_scheme`:
 
-**skill** (the default; WORLD.md §8, "the return ranks skill"). Weights are read relative to the
+**skill** (the default; the return ranks skill, docs/reward.md). Weights are read relative to the
 archetype row's pnl weight (`unit`: .5 for the default row), so with the row's own weights:
 
     reward_t = pnl_t + (w_risk/w_pnl) risk_t + (w_behavior/w_pnl) behavior_t
@@ -31,7 +31,7 @@ archetype row's pnl weight (`unit`: .5 for the default row), so with the row's o
   and the optimal policy is unchanged. Its coefficient is tied to pnl's, like risk's. It reads the
   hidden truth, in the reward only: prompts, observations and feedback are the same with or without it.
 
-**original** (Babylon's composite, for porting code; BABYLON.md §5.2-§5.5):
+**original** (Babylon's composite, for porting code; docs/babylon.md ("The original's reward formulas")):
 
     reward_t = clip( sum_c w_c x_c / sum_{c present, c != risk} w_c , -1, 1 ),  -1 on bankruptcy
 
@@ -100,7 +100,7 @@ class TransitionLike(Protocol):
 
 
 def resolve_weights(archetype: str | None, overrides: Mapping[str, float] | None = None) -> dict[str, float]:
-    """Every component weight: the archetype's row (BABYLON.md §5.5), risk = the pnl weight, then overrides.
+    """Every component weight: the archetype's row of the original's table, risk = the pnl weight, then overrides.
 
     Args:
         archetype: an archetype name (normalised; None or unknown -> the `default` row).
@@ -295,4 +295,7 @@ class RewardFunction:
 
 
 DEFAULT_WEIGHTS: dict[str, float] = resolve_weights(None)
-"""The original's `default` archetype row (BABYLON.md §5.5), plus risk tied to the pnl weight."""
+"""The original's `default` archetype row, plus risk tied to the pnl weight.
+
+The original's table: docs/babylon.md ("The original's archetypes").
+"""

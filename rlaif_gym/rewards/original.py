@@ -1,11 +1,12 @@
-"""The original system's reward helpers (BABYLON.md §5.1–5.4, §5.8), with the defects of §8 fixed.
+"""The original system's reward helpers, with its defects fixed.
 
-This module's one job is to reproduce the original's trajectory- and tick-level reward formulas as
-plain functions over plain numbers, so that rewards computed here can be compared with the original
-and used by the rollout collector. Everything here is pure (no I/O, no global state) and every
-*reward* it returns lies in [-1, 1].
+This module's one job is to reproduce the original's trajectory- and tick-level reward formulas
+(docs/babylon.md ("The original's reward formulas", "The original's ranking helpers")) as plain
+functions over plain numbers, so that rewards computed here can be compared with the original and
+used by the rollout collector. Everything here is pure (no I/O, no global state) and every *reward*
+it returns lies in [-1, 1].
 
-Fixes relative to the original (BABYLON.md §8 items 7 and 9):
+Fixes relative to the original (docs/babylon.md ("The original's defects", 7 and 9)):
 
 - Bankruptcy (end balance ≤ 0 USD) is -1.0, never the original's unclipped -10.0.
 - The risk penalty (0.5 per risky action) is applied in both composite paths; the original skipped
@@ -115,7 +116,9 @@ def clip(x: float, lo: float = -1.0, hi: float = 1.0) -> float:
 
 @dataclass(frozen=True)
 class TrajectoryRewardInputs:
-    """The numbers a trajectory (or a single tick) reward is computed from (BABYLON.md §5.1).
+    """The numbers a trajectory (or a single tick) reward is computed from.
+
+    The formulas that read them: docs/babylon.md ("The original's reward formulas").
 
     Money is in USD; counts are non-negative integers. Validated on construction so that a NaN
     never reaches a comparison, where it would silently take the "else" branch.
@@ -173,7 +176,7 @@ class TrajectoryRewardInputs:
 
 
 # --------------------------------------------------------------------------------------------------
-# Primitive rewards (§5.2)
+# Primitive rewards
 # --------------------------------------------------------------------------------------------------
 
 
@@ -207,7 +210,7 @@ def calculate_risk_reward(exposure: float, action_type: str | None) -> float:
     The action type is split into tokens (snake_case, kebab-case, camelCase), and it is risky when a
     token is exactly ``buy``, ``long`` or ``open``: ``"buy_prediction"``, ``"open_perp"`` and
     ``"open_long"`` are risky, ``"buyer_info"`` and ``"belong"`` are not. The original used substring
-    matching (BABYLON.md §8 item 8).
+    matching (docs/babylon.md ("The original's defects", 8)).
 
     Args:
         exposure: current exposure as a fraction in [0, 1] (the original used open positions / 10).
@@ -299,7 +302,7 @@ def _weighted_mean(pairs: Sequence[tuple[float, float]]) -> float:
 
 
 # --------------------------------------------------------------------------------------------------
-# Composite (§5.3)
+# Composite
 # --------------------------------------------------------------------------------------------------
 
 
@@ -314,7 +317,7 @@ def composite_reward(
     *,
     mode: Literal["auto", "quality", "legacy"] = "auto",
 ) -> float:
-    """The original's composite reward (BABYLON.md §5.3), always in [-1, 1].
+    """The original's composite reward (docs/babylon.md ("The original's reward formulas")), always in [-1, 1].
 
     1. ``pnl_score = calculate_pnl_reward(start, end)``, with ``end = starting_balance + final_pnl``
        when ``end_balance == starting_balance``.
@@ -388,7 +391,7 @@ def composite_reward(
 
 
 # --------------------------------------------------------------------------------------------------
-# Ranking helpers (§5.8)
+# Ranking helpers
 # --------------------------------------------------------------------------------------------------
 
 
@@ -396,7 +399,7 @@ def relative_scores(rewards: Sequence[float]) -> list[float]:
     """Group-relative scores in [0, 1]: the rank of each reward divided by ``n - 1``.
 
     Tied rewards share the average of their ranks, so equal rewards get equal scores (the original
-    broke ties by index, BABYLON.md §8 item 9). The lowest reward scores 0 and the highest 1 when
+    broke ties by index: defect 9). The lowest reward scores 0 and the highest 1 when
     all differ; a group where every reward is equal scores 0.5 throughout.
 
     Args:
@@ -532,7 +535,7 @@ def bradley_terry_scores(
 
 
 # --------------------------------------------------------------------------------------------------
-# Normalizer (§5.8)
+# Normalizer
 # --------------------------------------------------------------------------------------------------
 
 
@@ -541,7 +544,7 @@ class RewardNormalizer:
 
     Welford's M2 accumulator starts at 0, so ``std`` is exactly the sample standard deviation
     (ddof=1) of the rewards seen. The original started it at 1.0, which biased the std upward
-    (BABYLON.md §8 item 9).
+    (docs/babylon.md ("The original's defects", 9)).
 
     Args:
         eps: added to the variance before the square root, so a constant stream does not divide by 0.

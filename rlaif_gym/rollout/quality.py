@@ -1,4 +1,6 @@
-"""Rollout quality validation after the original's rules (BABYLON.md §6.4), reported, never used to drop.
+"""Rollout quality validation after the original's rules, reported, never used to drop.
+
+The original's rules: docs/babylon.md ("The original's rollout validation").
 
 Checks per trajectory: at least `min_ticks` ticks; at least one LLM call per tick (and calls >=
 ticks); every call has a system prompt, a user prompt and a response; and a mean tick quality of at

@@ -1,10 +1,11 @@
 """The canonical action schema, the legacy aliases, and the batched form the engine executes.
 
-One schema (WORLD.md §6): `wait`, `buy_prediction`, `sell_prediction`, `open_perp`, `close_perp`,
-`create_post`, `send_dm`, `join_group`. `normalize_action` accepts the original system's vocabularies
-(BABYLON.md §2: `buy`, `buy_yes`, `open_long`, `marketId`, `direction`, ...) and maps them onto it; it
-never guesses a missing required field. `batch_actions` resolves ids against the current state and
-produces an `ActionBatch`, the array form the engine applies to a batch of worlds.
+One schema (docs/world.md): `wait`, `buy_prediction`, `sell_prediction`, `open_perp`, `close_perp`,
+`create_post`, `send_dm`, `join_group`. `normalize_action` accepts the original system's
+vocabularies (`buy`, `buy_yes`, `open_long`, `marketId`, `direction`, ...;
+docs/babylon.md ("The original's action vocabularies")) and maps them onto it; it never guesses a
+missing required field. `batch_actions` resolves ids against the current state and produces an
+`ActionBatch`, the array form the engine applies to a batch of worlds.
 
 A well-formed action the world refuses is not an exception: the engine reports an `ErrorCode` and
 leaves that world's state unchanged.

@@ -1,6 +1,6 @@
 """The world engine: reset and step a batch of Babylon-style worlds, as numpy array functions.
 
-Order of a step (WORLD.md §1): validate and apply the agent's action (fees, price impact) → advance
+Order of a step (docs/world.md): validate and apply the agent's action (fees, price impact) → advance
 the world one tick (perp prices and narratives, funding, liquidations, NPC trades, news, posts and
 group tips, market resolutions and new markets) → report everything the reward needs, including
 `pnl_delta` over the whole transition.
@@ -535,7 +535,7 @@ def _advance_perps(state: WorldState, params: WorldParams, u: np.ndarray, c: _Co
     state.perp_price *= np.exp(ret)
     state.perp_ema += 0.08 * (state.perp_price - state.perp_ema)
     state.perp_news_acc *= _PERP_NEWS_DECAY
-    # Leaks and rumours before the event: reading the feed pays (WORLD.md §3).
+    # Leaks and rumours before the event: reading the feed pays (docs/world.md).
     o = c.offset["leak"]
     leak = state.narr_active & (u[:, o] < _LEAK_RATE)
     lw = np.nonzero(leak)[0]

@@ -1,4 +1,4 @@
-"""A numba-compiled `step` with the semantics of `engine.step` (ARCHITECTURE.md decision 1).
+"""A numba-compiled `step` with the semantics of `engine.step` (docs/layout.md ("Design rules", rule 1)).
 
 `fast.step(state, actions, params)` mutates `state` and returns a `StepOutcome` exactly as
 `engine.step` does; `engine.step` stays the reference. numba is a core dependency; where it cannot be

@@ -21,7 +21,8 @@ __all__ = [
     "WorldParams",
 ]
 
-# Parody questions after the original's fixed list (BABYLON.md §1.3), cycled by market serial.
+# Parody questions after the original's fixed list, cycled by market serial
+# (docs/babylon.md ("The original's engines and world")).
 QUESTIONS: tuple[str, ...] = (
     "Will BitcAIn reach $150k by end of month?",
     "Will the SEC approve the first AI-run ETF this quarter?",

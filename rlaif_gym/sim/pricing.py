@@ -1,12 +1,12 @@
 """Constant-product market maker (CPMM) for binary prediction markets, as pure array functions.
 
-Pools hold YES and NO shares with invariant k = yes * no and the production Babylon price
-convention yes_price = no / (yes + no) (BABYLON.md §1.6). A trade mints or burns complete sets
-(1 USD = 1 YES + 1 NO), the fixed-product form used by Gnosis/Omen: buying YES with u USD adds u to
-both pools and takes out YES shares until yes * no = k again. Its marginal price equals the displayed
-price, so a share bought at 0.40 really costs 0.40 at the margin; the literal production formula
-(no' = no + u, yes' = k / no') charges no/yes per share instead, which at a 50% price is a full dollar
-for a share that pays a dollar, so we do not copy it.
+Pools hold YES and NO shares with invariant k = yes * no and the production Babylon price convention
+yes_price = no / (yes + no) (docs/babylon.md ("The original's engines and world")). A trade mints or
+burns complete sets (1 USD = 1 YES + 1 NO), the fixed-product form used by Gnosis/Omen: buying YES
+with u USD adds u to both pools and takes out YES shares until yes * no = k again. Its marginal
+price equals the displayed price, so a share bought at 0.40 really costs 0.40 at the margin; the
+literal production formula (no' = no + u, yes' = k / no') charges no/yes per share instead, which at
+a 50% price is a full dollar for a share that pays a dollar, so we do not copy it.
 
 All functions take and return numpy arrays of the same shape; the "outcome side" argument is 0 for
 YES and 1 for NO. Fees are handled by the caller (taken from the buy amount before shares are

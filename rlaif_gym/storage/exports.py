@@ -1,11 +1,11 @@
 """Trajectories turned into the records trainers read: SFT chats, DPO pairs, GRPO groups, database rows.
 
 Pure functions of the trajectories (no I/O except `write_export`). Every training sample is built
-only from what the policy actually saw, the recorded prompt of its LLM call, and what it
-answered: no environment state, final P&L or market outcome is ever added to a prompt (the
-original's offline converter leaked future outcomes into its system prompts, BABYLON.md §8.17,
-and its Atropos env put the final P&L there). The policy calls of a step are its LLM calls with
-purpose "action", no error and a non-empty response.
+only from what the policy actually saw, the recorded prompt of its LLM call, and what it answered:
+no environment state, final P&L or market outcome is ever added to a prompt (the original's offline
+converter leaked future outcomes into its system prompts,
+docs/babylon.md ("The original's defects", 17), and its Atropos env put the final P&L there). The
+policy calls of a step are its LLM calls with purpose "action", no error and a non-empty response.
 
 A call's prompt is its recorded `messages` (role and content of each, exactly what was sent)
 when present, else `[system, user]` from `system_prompt` / `user_prompt` (the system message is
@@ -289,7 +289,7 @@ def to_grpo_groups(trajectories: Iterable[Trajectory], score: str | Callable[[Tr
 
 
 def to_db_rows(trajectories: Iterable[Trajectory]) -> list[dict[str, Any]]:
-    """Rows in the original database layout (BABYLON.md §4 "DB persistence"), for Babylon's readers.
+    """Rows in the original database layout (docs/babylon.md ("The original database layout")), for Babylon's readers.
 
     `stepsJson` is a JSON string of the camelCase steps (all our step fields are kept, the
     original's included); `id` is the trajectory's `id`, or its `trajectory_id` when empty (the

@@ -1,11 +1,11 @@
 """`SqlTrajectorySink`: trajectories into the original Babylon `trajectories` table (SQLAlchemy Core).
 
 The original wrote finished trajectories to a PostgreSQL table `trajectories` with quoted camelCase
-columns (BABYLON.md §4 "DB persistence"), and its Atropos env loads training data from there with
-one query (§7.1: rows created within the lookback window, a non-empty `stepsJson`, at least
-`min_actions` steps, grouped by `"windowId"` and `"scenarioId"`). This sink writes that layout, so
-the original pipeline reads rlaif_gym trajectories unchanged. The rows come from the `db` export's
-row builder (`to_db_rows`), so the table and `rlaif-gym export --format db` never disagree.
+columns (docs/babylon.md ("The original database layout")), and its Atropos env loads training data
+from there with one query (rows created within the lookback window, a non-empty `stepsJson`, at
+least `min_actions` steps, grouped by `"windowId"` and `"scenarioId"`). This sink writes that
+layout, so the original pipeline reads rlaif_gym trajectories unchanged. The rows come from the `db`
+export's row builder (`to_db_rows`), so the table and `rlaif-gym export --format db` never disagree.
 
 * **URLs**: any SQLAlchemy URL. SQLite is the embedded default (`sqlite:///runs.db`, a file next to
   the run); PostgreSQL works through the same scheme (`postgresql://user:pass@host:5432/db`, the

@@ -33,8 +33,9 @@ PG_ENV = "RLAIF_TEST_POSTGRES_URL"
 PG_SKIP = (f"no PostgreSQL server for the test: set {PG_ENV}=postgresql://user@127.0.0.1:5432/db "
            "(.ci/run starts one with .ci/postgres.sh)")
 
-# The query the original Atropos env (babylon_env.py `_load_trajectories`, BABYLON.md §7.1) loads training
-# data with, verbatim (asyncpg placeholders), with the isTrainingData filter its later versions apply.
+# The query the original Atropos env (babylon_env.py `_load_trajectories`;
+# docs/babylon.md ("The original's Atropos env")) loads training data with, verbatim (asyncpg
+# placeholders), with the isTrainingData filter its later versions apply.
 ORIGINAL_LOAD_QUERY = """
     SELECT
         t."trajectoryId",

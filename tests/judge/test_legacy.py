@@ -1,4 +1,6 @@
-"""The original's quality heuristics (BABYLON.md §6.1-§6.3), pinned by hand-computed examples.
+"""The original's quality heuristics, pinned by hand-computed examples.
+
+The heuristics: docs/babylon.md ("The original's quality heuristics").
 
 Each expected value is worked out in the comment beside its assertion, from the formula in the
 function's docstring. The three defect fixes (word boundaries, the action's side, the reachable
@@ -108,7 +110,7 @@ def test_one_pass_term_count_equals_a_search_per_term(text):
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.1 validate_xml_structure
+# Tick quality: validate_xml_structure
 # ---------------------------------------------------------------------------------------------
 
 
@@ -136,7 +138,7 @@ def test_validate_xml_structure_tiers(response, expected):
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.1 check_reasoning_action_alignment
+# Tick quality: check_reasoning_action_alignment
 # ---------------------------------------------------------------------------------------------
 
 
@@ -170,7 +172,7 @@ def test_alignment_literacy_bonus():
     assert check_reasoning_action_alignment("bullish; exposure and PnL ok", "buy") == approx(1.0)
     # other type: 0.5 + 0.15 + 0.15 = 0.8
     assert check_reasoning_action_alignment("exposure and loss", "post") == approx(0.8)
-    # explicit wait with a wait word (§5.4 (a)): 0.7 + 0.15 ("exposure") = 0.85
+    # explicit wait with a wait word (per-tick worked example (a)): 0.7 + 0.15 ("exposure") = 0.85
     assert check_reasoning_action_alignment("wait: exposure too high", "wait") == approx(0.85)
 
 
@@ -216,7 +218,7 @@ def test_alignment_takes_the_side_into_account():
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.1 check_reasoning_coherence
+# Tick quality: check_reasoning_coherence
 # ---------------------------------------------------------------------------------------------
 
 
@@ -249,7 +251,7 @@ def test_coherence_markers_match_words_not_substrings():
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.1 calculate_detailed_tick_quality (and BABYLON.md §5.4 worked example (a))
+# Tick quality: calculate_detailed_tick_quality (and the per-tick reward's worked example (a))
 # ---------------------------------------------------------------------------------------------
 
 
@@ -259,7 +261,7 @@ def test_worked_example_a_no_action_no_decisions():
     # rsn = 0.5 + 0.2 * 0.1 = 0.52
     assert fmt == -1.0
     assert rsn == approx(0.52)
-    # §5.4 (a) reward with weights .5/.3/.2 and pnl 0: 0.5*0 + 0.3*(-1) + 0.2*0.52 = -0.196
+    # worked example (a): reward with weights .5/.3/.2 and pnl 0: 0.5*0 + 0.3*(-1) + 0.2*0.52 = -0.196
     assert 0.5 * 0.0 + 0.3 * fmt + 0.2 * rsn == approx(-0.196)
 
 
@@ -296,7 +298,7 @@ def test_detailed_tick_quality_caps_rsn_at_1():
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.1 calculate_tick_quality_score and the archetype table
+# Tick quality: calculate_tick_quality_score and the archetype table
 # ---------------------------------------------------------------------------------------------
 
 
@@ -347,7 +349,7 @@ def test_trajectory_quality_is_the_mean_tick_quality():
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.1 assess_trajectory_difficulty
+# Tick quality: assess_trajectory_difficulty
 # ---------------------------------------------------------------------------------------------
 
 
@@ -389,7 +391,7 @@ def test_difficulty_hard_example():
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.2 think tags
+# Response format: think tags
 # ---------------------------------------------------------------------------------------------
 
 
@@ -423,7 +425,7 @@ def test_think_tag_degenerate_cases():
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.2 action JSON
+# Response format: action JSON
 # ---------------------------------------------------------------------------------------------
 
 
@@ -451,7 +453,7 @@ def test_action_json_extraction_order():
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.2 reasoning quality and length
+# Response format: reasoning quality and length
 # ---------------------------------------------------------------------------------------------
 
 
@@ -492,7 +494,7 @@ def test_length_score_extracts_thinking_when_not_given():
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.2 validate_response_format
+# Response format: validate_response_format
 # ---------------------------------------------------------------------------------------------
 
 THOUGHT = "BTC price trend is bullish because momentum is 5% and risk is low."
@@ -541,7 +543,7 @@ def test_format_report_computes_its_format_score():
 
 
 # ---------------------------------------------------------------------------------------------
-# §6.3 QualityScorer
+# QualityScorer
 # ---------------------------------------------------------------------------------------------
 
 

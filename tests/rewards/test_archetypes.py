@@ -1,8 +1,9 @@
 """Tests of `rlaif_gym.rewards.archetypes`: weights, bonus rules, priority score, composite, rubrics.
 
-Every bonus row of BABYLON.md §5.7 is pinned with at least one positive tier and one penalty. Every
-expected value is worked by hand in a comment. The rubric tests check the fix of §8 item 11: a known
-archetype uses its own weights and priority list, and a missing or malformed file raises.
+Every bonus row (docs/babylon.md ("The original's archetypes")) is pinned with at least one positive
+tier and one penalty. Every expected value is worked by hand in a comment. The rubric tests check
+the fix of docs/babylon.md ("The original's defects", 11): a known archetype uses its own weights
+and priority list, and a missing or malformed file raises.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ M = BehaviorMetrics
 I = TrajectoryRewardInputs  # noqa: E741
 
 # ------------------------------------------------------------------------------------------------
-# Weights and names (§5.5)
+# Weights and names
 # ------------------------------------------------------------------------------------------------
 
 SPEC_TABLE = {
@@ -108,7 +109,7 @@ def test_normalize_archetype_strict():
 
 
 def test_known_archetype_keeps_its_own_weights():
-    # the original downgraded every archetype to "default" (BABYLON.md §8 item 11)
+    # the original downgraded every archetype to "default" (defect 11)
     assert dict(archetype_weights("degen")) == {
         "pnl": 0.15,
         "format": 0.15,
@@ -120,7 +121,7 @@ def test_known_archetype_keeps_its_own_weights():
 
 
 # ------------------------------------------------------------------------------------------------
-# BehaviorMetrics (§5.7)
+# BehaviorMetrics
 # ------------------------------------------------------------------------------------------------
 
 SPEC_FIELDS = [
@@ -169,7 +170,7 @@ def test_behavior_metrics_reject_non_finite():
 
 
 # ------------------------------------------------------------------------------------------------
-# Behaviour bonus rows (§5.7). Each case: (metrics, expected bonus, hand computation).
+# Behaviour bonus rows. Each case: (metrics, expected bonus, hand computation).
 # ------------------------------------------------------------------------------------------------
 
 BONUS_CASES = {
@@ -337,7 +338,7 @@ def test_behavior_bonus_default_and_unknown_are_zero():
 
 
 # ------------------------------------------------------------------------------------------------
-# Priority-weighted score (§5.6)
+# Priority-weighted score
 # ------------------------------------------------------------------------------------------------
 
 
@@ -402,7 +403,7 @@ def test_metric_values_ranges_and_names():
 
 
 # ------------------------------------------------------------------------------------------------
-# behavior_score and archetype_composite_reward (§5.6)
+# behavior_score and archetype_composite_reward
 # ------------------------------------------------------------------------------------------------
 
 
@@ -507,10 +508,10 @@ def test_bonus_priority_behavior_ranges(archetype, metrics):
 
 
 # ------------------------------------------------------------------------------------------------
-# Rubrics resource (§7.4, §8 item 11)
+# Rubrics resource (defect 11)
 # ------------------------------------------------------------------------------------------------
 
-SPEC_PRIORITY = {  # BABYLON.md §7.4, in the original's names
+SPEC_PRIORITY = {  # the original's priority lists, in its metric names
     "trader": ["totalPnL", "sharpeRatio", "winRate", "marketsTraded", "socialToTradeRatio"],
     "degen": [
         "tradesExecuted",

@@ -1,8 +1,10 @@
-"""Tests of `rlaif_gym.rewards.original`: every formula pinned on hand-worked examples (BABYLON.md §5).
+"""Tests of `rlaif_gym.rewards.original`: every formula pinned on hand-worked examples.
 
-Each expected value is computed by hand in a comment next to the assertion. The fixes of BABYLON.md §8
-(bankruptcy -1, risk penalty in both paths, explicit mode, token matching, tie-aware ranks,
-Bradley–Terry, unbiased normalizer) are tested against what the original would have produced.
+The formulas: docs/babylon.md ("The original's reward formulas", "The original's ranking helpers").
+Each expected value is computed by hand in a comment next to the assertion. The fixes of the
+original's defects (docs/babylon.md ("The original's defects", 7 and 9): bankruptcy -1, risk penalty
+in both paths, explicit mode, token matching, tie-aware ranks, Bradley–Terry, unbiased normalizer)
+are tested against what the original would have produced.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def test_inputs_accept_numpy_numbers():
 
 
 # ------------------------------------------------------------------------------------------------
-# Primitive rewards (§5.2)
+# Primitive rewards
 # ------------------------------------------------------------------------------------------------
 
 
@@ -183,12 +185,12 @@ def test_action_quality_reward():
 
 
 # ------------------------------------------------------------------------------------------------
-# composite_reward (§5.3, §5.4)
+# composite_reward, and the per-tick worked examples (a) to (c)
 # ------------------------------------------------------------------------------------------------
 
 
 def test_worked_example_b_buy_with_profit_is_0_40():
-    # BABYLON.md §5.4 (b): pnl_delta=+100 on 10000 -> pnl_score = 10*100/10000 = 0.1;
+    # worked example (b): pnl_delta=+100 on 10000 -> pnl_score = 10*100/10000 = 0.1;
     # (0.1*0.5 + 0.5*0.3 + 1.0*0.2) / 1.0 = 0.05 + 0.15 + 0.2 = 0.40
     x = I(
         final_pnl=100,
@@ -203,7 +205,7 @@ def test_worked_example_b_buy_with_profit_is_0_40():
 
 
 def test_worked_example_a_no_action():
-    # §5.4 (a): fmt=-1, rsn = 0.5 + 0.2*0.1 = 0.52, pnl 0:
+    # worked example (a): fmt=-1, rsn = 0.5 + 0.2*0.1 = 0.52, pnl 0:
     # (0*0.5 - 1*0.3 + 0.52*0.2) / 1 = -0.3 + 0.104 = -0.196
     x = I(format_score=-1.0, reasoning_score=0.52)
     assert composite_reward(x) == pytest.approx(-0.196)
@@ -218,7 +220,7 @@ def test_worked_example_a_no_action():
     ],
 )
 def test_worked_example_c_bankruptcy_is_minus_one(x):
-    # §5.4 (c): end balance <= 0 -> -1.0 (our fix; the original returned an unclipped -10)
+    # worked example (c): end balance <= 0 -> -1.0 (our fix; the original returned an unclipped -10)
     assert is_bankrupt(x)
     for mode in ("auto", "quality", "legacy"):
         assert composite_reward(x, mode=mode) == BANKRUPTCY_REWARD == -1.0
@@ -319,7 +321,7 @@ def test_composite_always_in_unit_interval(x, w, mode):
 
 
 # ------------------------------------------------------------------------------------------------
-# Ranking helpers (§5.8)
+# Ranking helpers
 # ------------------------------------------------------------------------------------------------
 
 
@@ -448,7 +450,7 @@ def test_bradley_terry_scores_are_probabilities(case):
 
 
 # ------------------------------------------------------------------------------------------------
-# RewardNormalizer (§5.8)
+# RewardNormalizer
 # ------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,6 @@
-"""The rollout quality check (BABYLON.md §6.4) reads the judge's format score, not the reward's format component.
+"""The rollout quality check reads the judge's format score, not the reward's format component.
+
+The check: docs/babylon.md ("The original's rollout validation").
 
 The default reward reports `format` as a penalty (0 for a clean reply) while the original scheme
 reports the judge's [-1, 1]; the quality score of the same replies must not depend on the scheme.

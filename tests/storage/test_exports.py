@@ -42,7 +42,10 @@ def test_sft_records_come_from_successful_policy_calls_only(rich):
 
 
 def test_sft_records_hold_nothing_outside_the_prompt(rich):
-    """No ground truth, outcome or final P&L may reach a training sample (BABYLON.md §8.17)."""
+    """No ground truth, outcome or final P&L may reach a training sample.
+
+    The original leaked them: docs/babylon.md ("The original's defects", 17).
+    """
     text = json.dumps(to_sft_records([rich]), ensure_ascii=False)
     for leak in ("GROUND-TRUTH", "resolves YES", "-237.25", "finalPnL", "final_pnl", "Risk looks fine"):
         assert leak not in text, leak

@@ -26,8 +26,9 @@ from rlaif_gym.storage import (
 from rlaif_gym.storage import jsonl as jsonl_module
 from rlaif_gym.trajectory import SchemaVersionError, Trajectory
 
-# A trajectory as the original Babylon exported it (BABYLON.md §4): camelCase, `finalPnL` with a
-# capital L, a list of positions where a count belongs, required temperature/maxTokens.
+# A trajectory as the original Babylon exported it (docs/babylon.md ("The original's data model")):
+# camelCase, `finalPnL` with a capital L, a list of positions where a count belongs, required
+# temperature/maxTokens.
 ORIGINAL = {
     "trajectoryId": "rollout-agent-7-1767225600000",
     "agentId": "agent-7",
@@ -118,7 +119,7 @@ def test_original_babylon_layout_loads_with_values_preserved(tmp_path):
     path = tmp_path / "babylon.jsonl"
     path.write_text(json.dumps(ORIGINAL) + "\n", encoding="utf-8")
     (trajectory,) = read_jsonl(path)
-    assert trajectory.final_pnl == -123.45  # `finalPnL` must not load as 0 (BABYLON.md §8.6)
+    assert trajectory.final_pnl == -123.45  # `finalPnL` must not load as 0 (defect 6)
     assert trajectory.final_balance == 9876.55 and trajectory.total_reward == 0.32
     assert trajectory.trajectory_id == ORIGINAL["trajectoryId"] and trajectory.agent_id == "agent-7"
     assert trajectory.scenario_id == "scenario-3" and trajectory.archetype == "degen"
