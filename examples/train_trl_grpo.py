@@ -97,6 +97,9 @@ class Args:
     """Replies per SFT step."""
     sft_learning_rate: float = 1e-3
     """AdamW learning rate of the SFT warm start."""
+    sft_think: str = "decision"
+    """The SFT replies' <think>: "decision" (the scripted model's decision sentence) or "evidence" (the feed
+    item it bet on, then the decision; replies need --max-reply-tokens 80)."""
     eval_points: int = 24
     """Decision points per held-out set (two disjoint sets: seeds from 1,000,000 and from 2,000,000)."""
     eval_samples: int = 4
@@ -134,6 +137,8 @@ def parse_args() -> Args:
             parser.add_argument(flag, type={"int": int, "float": float, "str": str}[f.type], default=f.default,
                                 help=docs.get(f.name, ""))
     args = Args(**vars(parser.parse_args()))
+    if args.sft_think not in ("decision", "evidence"):
+        parser.error(f"--sft-think must be 'decision' or 'evidence', got {args.sft_think!r}")
     if args.smoke:
         args = dataclasses.replace(args, steps=2, prompts_per_step=1, num_generations=2, max_reply_tokens=16,
                                    train_seeds=4, sft_steps=min(args.sft_steps, 2), sft_batch_size=1, eval_points=1,
@@ -232,7 +237,7 @@ def main() -> int:
     if args.sft_steps > 0:
         t0 = time.perf_counter()
         examples = sft_examples(decision_sft_records(train_points), tokenizer, max_reply_tokens=args.max_reply_tokens,
-                                short_think=True)
+                                short_think=True if args.sft_think == "decision" else "evidence")
         cut = sum(1 for _, reply in examples if reply[-1] != tokenizer.eos_token_id)
         print(f"SFT data: {len(examples)} scripted replies at training decision points ({cut} cut to "
               f"{args.max_reply_tokens} tokens)")

@@ -500,11 +500,15 @@ def _build_app():
                                        "reset may override fields for its episode"),
     ):
         """Serve RLAIF-Text-v0 to OpenEnv clients (WebSocket /ws, HTTP): reset, step, state, snapshot, restore."""
-        from .integrations.openenv import create_app
+        from .integrations.openenv import create_app, warm_up
         from .integrations.openenv import serve as run_server
 
+        config = _parse_overrides(set_)
+        console.print("warming up: one tick of the env, so that no client waits on the compiled kernels (a "
+                      "machine's first run compiles them: minutes)", highlight=False, soft_wrap=True)
+        console.print(f"warm in {warm_up(config):.1f} s", highlight=False, soft_wrap=True)
         server = create_app(max_sessions=max_sessions, session_timeout_s=session_timeout,
-                            max_sessions_per_client=max_sessions_per_client, env_config=_parse_overrides(set_))
+                            max_sessions_per_client=max_sessions_per_client, env_config=config, warm=False)
         run_server(server, host=host, port=port, log=lambda line: console.print(_outside(line), highlight=False,
                                                                                 soft_wrap=True))
 

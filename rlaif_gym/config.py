@@ -35,7 +35,8 @@ class RLAIFEnvConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     # --- world
-    num_ticks: int = Field(168, ge=1, le=_MAX_TICKS, description="Episode length in ticks; the env truncates here.")
+    num_ticks: int = Field(168, ge=2, le=_MAX_TICKS, description="Episode length in ticks; the env truncates here. "
+                           "At least 2: Gymnasium's check_env refuses an env that truncates after one step.")
     starting_cash: float = Field(10_000.0, gt=0, le=_MAX_USD, description="Agent cash at reset, USD.")
     num_markets: int = Field(4, ge=1, le=16, description="Prediction markets open at once.")
     num_perps: int = Field(3, ge=1, le=5, description="Perpetual-futures tickers.")

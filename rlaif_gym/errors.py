@@ -1,9 +1,11 @@
 """Typed errors for rlaif_gym: every message says what was expected, what arrived and how to fix it.
 
-Standard library only (layer L0), so every layer may raise them.
+The standard library and `gymnasium.error` only (the floor of the layers), so every layer may raise them.
 """
 
 from __future__ import annotations
+
+import gymnasium.error
 
 __all__ = [
     "ConfigError",
@@ -35,8 +37,11 @@ class InvalidActionError(RLAIFError, ValueError):
     """
 
 
-class ResetNeeded(RLAIFError, RuntimeError):
-    """``step`` was called before ``reset`` or after the episode ended."""
+class ResetNeeded(RLAIFError, gymnasium.error.ResetNeeded, RuntimeError):
+    """``step`` was called before ``reset`` or after the episode ended.
+
+    A `gymnasium.error.ResetNeeded` (what Gymnasium's `OrderEnforcing` raises), so code that catches
+    Gymnasium's error catches ours too; a `RuntimeError` as before."""
 
 
 class DependencyNotInstalled(RLAIFError, ImportError):

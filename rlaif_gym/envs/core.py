@@ -18,7 +18,9 @@ from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, Re
 from ..rewards.archetypes import normalize_archetype
 from ..rewards.composite import RewardFunction
 
-__all__ = ["CoreStep", "RLAIFCore", "check_numeric_action", "check_reset_options", "world_params"]
+__all__ = ["CoreStep", "RLAIFCore", "check_numeric_action", "check_numeric_actions", "check_reset_options",
+           "fill_info", "integral_array",
+           "world_params"]
 
 
 def check_reset_options(options: object) -> None:
@@ -49,18 +51,68 @@ def check_numeric_action(action: object, nvec: np.ndarray, who: str = "") -> np.
         InvalidActionError: not 4 integers (a float with a fraction, an integer beyond int64, a string,
             another shape) or one out of range.
     """
-    try:
-        arr = np.asarray(action)
-        ints = arr.astype(np.int64)
-        integral = arr.dtype.kind in "iub" or bool(np.all(ints == arr))
-    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond int64
-        raise InvalidActionError(f"{who}action must be 4 integers [kind, target, size, side], got {action!r}") from None
-    if ints.shape != nvec.shape or not integral or np.any(ints < 0) or np.any(ints >= nvec):
+    ints = integral_array(action)
+    if ints is None:
+        raise InvalidActionError(f"{who}action must be 4 integers [kind, target, size, side], got {action!r}")
+    if ints.shape != nvec.shape or np.any(ints < 0) or np.any(ints >= nvec):
         raise InvalidActionError(
             f"{who}action must be 4 integers with 0 <= a[i] < {nvec.tolist()} ([kind, target, size, side]), "
             f"got {action!r}; sample one with env.action_space.sample()"
         )
     return ints
+
+
+def check_numeric_actions(actions: object, nvec: np.ndarray, num_worlds: int) -> np.ndarray:
+    """A batch of numeric-face actions as int64 (num_worlds, 4), by the single env's rules row by row.
+
+    The check of the vector envs (`RLAIFVectorEnv`, `RLAIFSB3VecEnv`): what `SyncVectorEnv` or SB3's
+    `DummyVecEnv` would pass to each sub-env's `step` is accepted (lists, integral floats, bools), and
+    what a sub-env would refuse is refused for the whole batch before any world moves.
+
+    Raises:
+        InvalidActionError: not (num_worlds, 4) integers (a float with a fraction, a string, another
+            shape) or one out of range.
+    """
+    ints = integral_array(actions)
+    if ints is None or ints.shape != (num_worlds, len(nvec)) or np.any(ints < 0) or np.any(ints >= nvec):
+        arr = np.asarray(actions, dtype=object) if ints is None else ints
+        raise InvalidActionError(
+            f"actions must be integers of shape ({num_worlds}, {len(nvec)}) with 0 <= a[:, i] < {nvec.tolist()} "
+            f"([kind, target, size, side] per world), got shape {arr.shape}"
+            + ("" if ints is None or ints.shape != (num_worlds, len(nvec)) else f": {ints.tolist()}")
+            + "; sample a batch with envs.action_space.sample()"
+        )
+    return ints
+
+
+def integral_array(values: object) -> np.ndarray | None:
+    """`values` as an int64 array if every entry is a whole number (ints, bools, integral floats), else None.
+
+    What a numeric action may be: an integral float is the integer it equals (Gymnasium's and SB3's
+    wrappers pass floats), a fraction, NaN, text or an integer beyond int64 is not an action."""
+    try:
+        arr = np.asarray(values)
+        if arr.dtype.kind in "iub":
+            return arr.astype(np.int64)
+        if arr.dtype.kind not in "fO" or (arr.dtype.kind == "f" and not np.all(np.isfinite(arr))):
+            return None  # text, or a NaN / inf (whose cast numpy warns about)
+        ints = arr.astype(np.int64)
+        return ints if bool(np.all(ints == arr)) else None
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer beyond int64
+        return None
+
+
+def fill_info(out: sim.StepOutcome, world: int) -> dict[str, float | int]:
+    """`info["fill"]` of world `world`: what its action filled and what the tick settled, in USD and shares.
+
+    The one definition for every numeric env (the single env, the SB3 VecEnv, the multi-agent env): `shares`
+    and `usd` filled by the action (USD paid for a buy, received for a sell, margin posted or returned for a
+    perp), its `fee` in USD, the `payout` of resolved markets in USD, and counts of `markets_resolved` and
+    `positions_liquidated` this tick.
+    """
+    return {"shares": float(out.filled_shares[world]), "usd": float(out.filled_usd[world]),
+            "fee": float(out.fee[world]), "payout": float(out.payout[world]),
+            "markets_resolved": int(out.resolved[world]), "positions_liquidated": int(out.liquidated[world])}
 
 
 def world_params(config: RLAIFEnvConfig) -> sim.WorldParams:

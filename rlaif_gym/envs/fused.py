@@ -169,6 +169,15 @@ class FusedStep:
         self.num_worlds = n
         self._warm = False
 
+    def __setstate__(self, state: dict) -> None:
+        """After `pickle` or `copy.deepcopy`: the world constants read-only again, as `_param_arrays` made them.
+
+        The compiled step is specialised on read-only constant arrays; a writable copy would make the
+        next step compile a second specialisation (minutes on a cold cache) without a word."""
+        self.__dict__.update(state)
+        for arr in self._consts[:4]:
+            arr.setflags(write=False)
+
     @staticmethod
     def _outputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return (np.empty((len(sim_fast._OF) + 3, n)), np.empty((len(sim_fast._OI), n), dtype=np.int64),

@@ -33,7 +33,7 @@ from ..rewards.archetypes import normalize_archetype
 from ..rewards.composite import RewardFunction
 from ..sim.multi import Accounts, agent_order, step_agents
 from .behavior import BehaviorTracker
-from .core import check_numeric_action, world_params
+from .core import check_numeric_action, fill_info, world_params
 from .text_env import MAX_PROMPT_CHARS, MAX_REPLY_SAMPLE_CHARS, describe_outcome
 
 __all__ = ["RLAIFMultiAgentEnv"]
@@ -58,9 +58,9 @@ class RLAIFMultiAgentEnv:
     `agents`; every agent is truncated at `num_ticks`. An agent missing from the actions dict waits.
 
     Info per agent: the single env's keys (`reward_components`, `pnl_delta`, `equity`, `cash`,
-    `feedback`, `tick`), plus `order` (its execution position this tick, 0 = first) and
-    `filled_shares` / `filled_usd`; the text face adds `parsed_action`, `format_errors`,
-    `reasoning` and `judge`, and `system_prompt` at reset.
+    `feedback`, `tick`, `fill`), plus `order` (its execution position this tick, 0 = first) and, as
+    before `fill` existed here, `filled_shares` / `filled_usd` (`fill["shares"]` / `fill["usd"]`); the
+    text face adds `parsed_action`, `format_errors`, `reasoning` and `judge`, and `system_prompt` at reset.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"name": "rlaif_multi_v0", "render_modes": [], "is_parallelizable": True}
@@ -214,8 +214,8 @@ class RLAIFMultiAgentEnv:
                 "reward_components": {k: float(v[0]) for k, v in components.items()},
                 "pnl_delta": float(out.pnl_delta[0]), "equity": float(out.equity_after[0]),
                 "cash": float(self.world.cash[0]), "feedback": feedback, "tick": int(self.world.tick[0]),
-                "order": int(position[i]), "filled_shares": float(out.filled_shares[0]),
-                "filled_usd": float(out.filled_usd[0]),
+                "order": int(position[i]), "fill": fill_info(out, 0),
+                "filled_shares": float(out.filled_shares[0]), "filled_usd": float(out.filled_usd[0]),
             }
             if self.face == "text" and p is not None:
                 info.update(parsed_action=p.action.to_dict() if p.action else None, format_errors=list(p.errors),

@@ -19,7 +19,7 @@ from ..encoding import mask as _mask
 from ..errors import ConfigError, InvalidActionError, ResetNeeded
 from ..rewards.composite import RewardFunction
 from .behavior import BatchBehavior
-from .core import CoreStep, RLAIFCore, check_numeric_action, check_reset_options
+from .core import CoreStep, RLAIFCore, check_numeric_action, check_reset_options, fill_info
 from .dashboard import render_ansi, render_chart
 
 __all__ = ["EnvSnapshot", "RLAIFEnv"]
@@ -322,11 +322,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
             "cash": float(self._core.state.cash[0]),
             "feedback": self._feedback,
             "tick": int(self._core.state.tick[0]),
-            "fill": {
-                "shares": float(out.filled_shares[0]), "usd": float(out.filled_usd[0]), "fee": float(out.fee[0]),
-                "payout": float(out.payout[0]), "markets_resolved": int(out.resolved[0]),
-                "positions_liquidated": int(out.liquidated[0]),
-            },
+            "fill": fill_info(out, 0),
         }
 
     def render(self):

@@ -23,7 +23,7 @@ from .. import sim
 from ..config import RLAIFEnvConfig
 from ..errors import InvalidActionError, ResetNeeded
 from .behavior import BatchBehavior
-from .core import RLAIFCore, check_reset_options
+from .core import RLAIFCore, check_numeric_actions, check_reset_options
 
 __all__ = ["RLAIFVectorEnv"]
 
@@ -66,10 +66,17 @@ class RLAIFVectorEnv(VectorEnv):
         self._autoreset = np.zeros(self.num_envs, dtype=bool)
 
     def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None):
-        """Reset every world. An int seed gives world i the seed `seed + i`, as SyncVectorEnv does.
+        """Reset every world, or the worlds of `options["reset_mask"]`, as `SyncVectorEnv` does.
 
-        `options` must be None or empty (see `check_reset_options`).
+        An int seed gives world i the seed `seed + i`; a list gives one seed per world (a partial reset
+        uses the seeds of the worlds it resets). `options` may hold only Gymnasium's `reset_mask` (a bool
+        array of shape (num_envs,), at least one True): those worlds start new episodes, the others keep
+        theirs, and the observation holds every world's current one. Any other option raises `ConfigError`
+        (see `check_reset_options`); `reset_mask` is taken out of `options`, as `SyncVectorEnv` takes it.
         """
+        mask = None
+        if isinstance(options, dict) and "reset_mask" in options:
+            mask = self._reset_mask(options.pop("reset_mask"))
         check_reset_options(options)
         if seed is None:
             seeds: list[int | None] = [None] * self.num_envs
@@ -79,6 +86,8 @@ class RLAIFVectorEnv(VectorEnv):
             seeds = list(seed)
             if len(seeds) != self.num_envs:
                 raise ValueError(f"expected {self.num_envs} seeds (one per world), got {len(seeds)}")
+        if mask is not None and not mask.all():
+            return self._reset_worlds(np.nonzero(mask)[0], seeds)
         if not self._rngs:
             self._rngs = [seeding.np_random(s)[0] for s in seeds]
         else:
@@ -89,31 +98,61 @@ class RLAIFVectorEnv(VectorEnv):
         self._autoreset[:] = False
         if self._behavior is not None:
             self._behavior.reset()
-        state = self.core.state
-        equity = sim.equity(state, self.params)
-        mask = np.ones(self.num_envs, dtype=bool)
-        return obs, {"equity": equity, "_equity": mask, "cash": state.cash.copy(), "_cash": mask,
-                     "tick": state.tick.copy(), "_tick": mask.copy()}
+        return obs, self._reset_info(self.core.state, np.ones(self.num_envs, dtype=bool))
+
+    def _reset_mask(self, mask: object) -> np.ndarray:
+        """Gymnasium's checks of `options["reset_mask"]` (`SyncVectorEnv.reset`), with its error types."""
+        if not isinstance(mask, np.ndarray):
+            raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(mask)}")
+        if mask.shape != (self.num_envs,):
+            raise ValueError(f"`options['reset_mask']` must have shape `({self.num_envs},)`, got {mask.shape}")
+        if mask.dtype != np.bool_:
+            raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {mask.dtype}")
+        if not mask.any():
+            raise ValueError(f"`options['reset_mask']` must contain at least one True value, got {mask}")
+        return mask
+
+    def _reset_worlds(self, idx: np.ndarray, seeds: Sequence[int | None]):
+        """New episodes in worlds `idx` only (a partial reset); every world's observation is returned."""
+        if self.core.state is None:
+            raise ResetNeeded("a partial reset (options['reset_mask']) needs every world reset once first: call "
+                              "reset() without a mask")
+        for i in idx:
+            if seeds[i] is not None:
+                self._rngs[i] = seeding.np_random(seeds[i])[0]
+        fresh = sim.reset(self.params, np.concatenate([sim.draw_keys(self._rngs[i], 1) for i in idx]))
+        self.core.state.put(idx, fresh)
+        self._autoreset[idx] = False
+        if self._behavior is not None:
+            self._behavior.reset(idx)
+        mask = np.zeros(self.num_envs, dtype=bool)
+        mask[idx] = True
+        return self.core.observe(), self._reset_info(self.core.state, mask)
+
+    def _reset_info(self, state: sim.WorldState, mask: np.ndarray) -> dict[str, Any]:
+        """The single env's reset info (equity, cash, tick) batched over worlds, `mask` marking the reset ones."""
+        equity = np.where(mask, sim.equity(state, self.params), 0.0)
+        return {"equity": equity, "_equity": mask.copy(), "cash": np.where(mask, state.cash, 0.0),
+                "_cash": mask.copy(), "tick": np.where(mask, state.tick, 0), "_tick": mask.copy()}
 
     def step(self, actions):
         """Step every world; worlds whose episode ended at the previous step are reset instead."""
         if self.core.state is None:
             raise ResetNeeded("call reset() before step()")
-        acts = np.asarray(actions)
-        # The fused compiled step checks the bounds itself (and refuses the batch before any world moves).
-        checked = self.core.fused is not None  # None with an archetype or the numpy backend
-        if acts.shape != (self.num_envs, 4) or acts.dtype.kind not in "iu" or (
-                not checked and (np.any(acts < 0) or np.any(acts >= self.core.nvec))):
-            raise self._refusal(acts)
+        # An int64 batch goes straight to the fused compiled step, which checks the bounds itself (and
+        # refuses the batch before any world moves); anything else is checked as SyncVectorEnv's sub-envs would.
+        fast = (self.core.fused is not None and type(actions) is np.ndarray and actions.dtype == np.int64
+                and actions.shape == (self.num_envs, 4))
+        acts = actions if fast else check_numeric_actions(actions, self.core.nvec, self.num_envs)
         stepped = ~self._autoreset
-        acts = acts.astype(np.int64, copy=False)
         if self._behavior is not None:
             res = self._behavior.step(self.core, acts, stepped)
         else:
             try:
                 res = self.core.step(acts)
             except InvalidActionError:
-                raise self._refusal(acts) from None
+                check_numeric_actions(acts, self.core.nvec, self.num_envs)  # raises with the vector env's message
+                raise
         obs, reward = res.observation, res.reward
         terminated = res.terminated.copy()
         truncated = (self.core.state.tick >= self.limit) & ~terminated
@@ -145,10 +184,6 @@ class RLAIFVectorEnv(VectorEnv):
             "feedback_success": out.success, "_feedback_success": stepped,
         }
         return obs, reward, terminated, truncated, info
-
-    def _refusal(self, acts: np.ndarray) -> InvalidActionError:
-        return InvalidActionError(f"actions must be integers of shape ({self.num_envs}, 4) with 0 <= a[:, i] < "
-                                 f"{self.core.nvec.tolist()}, got shape {acts.shape} dtype {acts.dtype}")
 
     def close_extras(self, **kwargs: Any) -> None:
         """Nothing to release: the worlds are arrays."""

@@ -127,6 +127,7 @@ __all__ = [
     "background_server",
     "create_app",
     "serve",
+    "warm_up",
 ]
 
 logger = logging.getLogger(__name__)
@@ -823,13 +824,26 @@ _HTTP_CODES = {400: "INVALID_JSON", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED",
 # -- the app --------------------------------------------------------------------------------------
 
 
+def warm_up(env_config: RLAIFEnvConfig | Mapping[str, Any] | None = None) -> float:
+    """Reset an `RLAIF-Text-v0` of `env_config` and step it once (a wait): what a session's first tick needs
+    is then in this process (the compiled kernels loaded from their cache, or compiled on a machine's first
+    run, which takes minutes on 2 cores). Returns the seconds it took."""
+    started = time.perf_counter()
+    env = RLAIFTextEnv(RLAIFEnvConfig.from_any(env_config))
+    env.reset(seed=0)
+    env.step('{"type": "wait"}')
+    env.close()
+    return time.perf_counter() - started
+
+
 def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
                session_timeout_s: float | None = DEFAULT_SESSION_TIMEOUT_S,
                env_config: RLAIFEnvConfig | Mapping[str, Any] | None = None,
                snapshot_key: bytes | str | None = None,
                clock: Callable[[], float] = time.monotonic,
                max_sessions_per_client: int | None = None,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               warm: bool = True) -> FastAPI:
     """The OpenEnv server of `RLAIF-Text-v0` as a FastAPI app (run it with uvicorn, or `rlaif-gym serve`).
 
     It has no authentication: serve it on 127.0.0.1 (the default of `serve`) or a private network only.
@@ -843,6 +857,9 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
         max_sessions_per_client: sessions one client address may hold at once (None: any number up to
             `max_sessions`); past it, ``CAPACITY_REACHED`` for that client only.
         max_body_bytes: largest HTTP request body; a larger one gets 413 before it is read.
+        warm: play one tick of an env of `env_config` before returning (`warm_up`), so the world kernels
+            are loaded, or compiled on a machine's first run (minutes), before any client waits on them: a
+            first `step` would otherwise outlast openenv-core's 60 s message timeout on a fresh install.
 
     Raises:
         ConfigError: a bad `env_config`, `max_sessions`, `session_timeout_s`, `max_sessions_per_client`
@@ -855,6 +872,8 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
     pool = SessionPool(lambda: RLAIFOpenEnv(base, codec=codec), max_sessions, session_timeout_s, clock,
                        max_per_client=max_sessions_per_client)
     probe = RLAIFOpenEnv(base, codec=codec)
+    if warm:
+        warm_up(base)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):

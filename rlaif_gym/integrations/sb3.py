@@ -39,7 +39,9 @@ from ..config import RLAIFEnvConfig
 from ..encoding import mask as _mask
 from ..envs import EpisodeStats, RLAIFCore, evaluate_policy, world_params
 from ..envs.behavior import BatchBehavior
-from ..errors import DependencyNotInstalled, InvalidActionError
+from ..envs.core import check_numeric_actions, check_reset_options, fill_info, integral_array
+from ..envs.rlaif_env import RLAIFEnv
+from ..errors import DependencyNotInstalled, InvalidActionError, ResetNeeded
 
 try:
     import torch as th
@@ -363,7 +365,7 @@ class RLAIFSB3VecEnv(VecEnv):
             masks are always exact, one entry per table row.
 
     Info per world: the single env's keys (`reward_components`, `pnl_delta`, `equity`, `cash`,
-    `feedback`, `tick`), plus `action_mask` (that world's row of `action_masks()`, for the state
+    `feedback`, `tick`, `fill`), plus `action_mask` (that world's row of `action_masks()`, for the state
     the next action applies to), `TimeLimit.truncated` and, at an episode's end,
     `terminal_observation`. Wrap it in `VecMonitor` for `info["episode"]`. With an `archetype`, each
     world keeps its own behaviour tracker (the `behavior` component, as `make_vec_env` would pay it).
@@ -396,6 +398,7 @@ class RLAIFSB3VecEnv(VecEnv):
         self.action_mode = action_mode
         super().__init__(int(num_envs), spaces.Box(layout.low, layout.high, dtype=np.float32), action_space)
         self._rngs: list[np.random.Generator | None] = [None] * self.num_envs
+        self._views: dict[int, RLAIFEnv] = {}  # single envs that env_method lends worlds to
         self._actions: np.ndarray | None = None
         self._masks: np.ndarray | None = None
         if seed is not None:
@@ -411,7 +414,13 @@ class RLAIFSB3VecEnv(VecEnv):
         return np.concatenate([sim.draw_keys(self._rngs[i], 1) for i in worlds])
 
     def reset(self) -> np.ndarray:
-        """Start a new episode in every world (seeds from `seed()`, then each world's generator)."""
+        """Start a new episode in every world (seeds from `seed()`, then each world's generator).
+
+        Options from `set_options` are checked as each `RLAIF-v0` sub-env of `DummyVecEnv` would check them:
+        any non-empty one raises `ConfigError` (the env takes none; see `check_reset_options`).
+        """
+        for options in self._options:
+            check_reset_options(options or None)
         obs = self.core.reset(self._keys(range(self.num_envs), self._seeds))
         if self._behavior is not None:
             self._behavior.reset()
@@ -427,22 +436,20 @@ class RLAIFSB3VecEnv(VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         """Store the actions of the next step."""
-        acts = np.asarray(actions)
         if self.action_table is not None:
             k = len(self.action_table)
-            if acts.shape != (self.num_envs,) or np.any(acts < 0) or np.any(acts >= k):
-                raise InvalidActionError(f"actions must have shape ({self.num_envs},) with 0 <= a < {k} "
-                                         f"(action_mode='discrete'), got shape {acts.shape}")
-            acts = self.action_table[acts.astype(np.int64)]
-        elif acts.shape != (self.num_envs, 4) or np.any(acts < 0) or np.any(acts >= self.core.nvec):
-            raise InvalidActionError(f"actions must have shape ({self.num_envs}, 4) with 0 <= a[:, i] < "
-                                     f"{self.core.nvec.tolist()}, got shape {acts.shape}")
-        self._actions = acts.astype(np.int64)
+            rows = integral_array(actions)
+            if rows is None or rows.shape != (self.num_envs,) or np.any(rows < 0) or np.any(rows >= k):
+                raise InvalidActionError(f"actions must be integers of shape ({self.num_envs},) with 0 <= a < {k} "
+                                         f"(rows of action_table; action_mode='discrete'), got {actions!r}")
+            self._actions = self.action_table[rows]
+        else:  # what DummyVecEnv's sub-envs accept: integers, integral floats; a fraction is refused, not cut
+            self._actions = check_numeric_actions(actions, self.core.nvec, self.num_envs)
 
     def step_wait(self):
         """Step every world; worlds whose episode ended are reset at once (SB3's convention)."""
         if self.core.state is None or self._actions is None:
-            raise RuntimeError("call reset() and step_async() before step_wait()")
+            raise ResetNeeded("call reset() and step_async() before step_wait()")
         res = self._behavior.step(self.core, self._actions) if self._behavior is not None else \
             self.core.step(self._actions)
         self._actions = None
@@ -460,6 +467,7 @@ class RLAIFSB3VecEnv(VecEnv):
                 "feedback": {"success": ok,
                              "error": None if ok else sim.error_message(out.error[i], out.error_a[i], out.error_b[i])},
                 "tick": int(state.tick[i]),
+                "fill": fill_info(out, i),
                 "TimeLimit.truncated": bool(res.truncated[i] and not res.terminated[i]),
             })
         if done.any():
@@ -489,7 +497,7 @@ class RLAIFSB3VecEnv(VecEnv):
         """
         if self._masks is None:
             if self.core.state is None:
-                raise RuntimeError("call reset() before action_masks()")
+                raise ResetNeeded("call reset() before action_masks()")
             self._masks = _mask.action_masks(self.core.state, self.params, self.config.numeric_perp_leverage,
                                              self.action_table, self.mask_layout)
         return self._masks
@@ -511,11 +519,52 @@ class RLAIFSB3VecEnv(VecEnv):
         setattr(self, attr_name, value)
 
     def env_method(self, method_name: str, *method_args, indices=None, **method_kwargs) -> list[Any]:
-        """Not supported: there are no per-world env objects; use a single `RLAIF-v0` env."""
+        """Call an `RLAIF-v0` method on worlds `indices`, as `DummyVecEnv` calls it on its sub-envs.
+
+        Each world is lent to a single `RLAIFEnv` for the call (its state, generator and behaviour
+        tracker), and what the call changed is written back, so `env_method("reset", seed=7, indices=2)`
+        or `env_method("get_state")` act on world 2 as on `DummyVecEnv`'s sub-env 2. The world's
+        history is not kept, so `render` draws the current tick only. `action_masks` reads the batch.
+        """
+        worlds = self._indices(indices)
         if method_name == "action_masks" and not method_args and not method_kwargs:
-            return list(self.action_masks()[self._indices(indices)])
-        raise NotImplementedError(f"RLAIFSB3VecEnv has no per-world env objects to call {method_name!r} on; "
-                                  "use make_vec_env('RLAIF-v0') for env methods")
+            return list(self.action_masks()[worlds])
+        if not callable(getattr(RLAIFEnv, method_name, None)) or method_name.startswith("__"):
+            raise AttributeError(f"RLAIF-v0 has no method {method_name!r} (env_method calls RLAIFEnv's methods: "
+                                 "reset, step, get_state, set_state, fork, action_masks, render)")
+        results = []
+        for i in worlds:
+            env = self._lend(i)
+            try:
+                results.append(getattr(env, method_name)(*method_args, **method_kwargs))
+            finally:
+                self._take_back(i, env)
+        return results
+
+    def _lend(self, world: int) -> RLAIFEnv:
+        """A single env holding world `world` (state, generator, behaviour tracker); see `env_method`."""
+        env = self._views.get(world)
+        if env is None:
+            env = self._views[world] = RLAIFEnv(self.config)
+        env._core.state = None if self.core.state is None else self.core.state.take(np.array([world]))
+        if self._rngs[world] is not None:
+            env.np_random = self._rngs[world]
+        env._feedback, env._done, env._prices, env._equity = None, False, [], []
+        if self._behavior is not None:
+            env._behavior.trackers = [self._behavior.trackers[world]]
+        return env
+
+    def _take_back(self, world: int, env: RLAIFEnv) -> None:
+        """Write what a call on the lent env changed back into world `world`."""
+        if env._core.state is not None:
+            if self.core.state is None:  # the first reset came through env_method: give every world a state
+                self.core.state = env._core.state.take(np.zeros(self.num_envs, dtype=np.int64))
+            self.core.state.put(np.array([world]), env._core.state)
+        if env._np_random is not None:
+            self._rngs[world] = env._np_random
+        if self._behavior is not None:
+            self._behavior.trackers[world] = env._behavior.trackers[0]
+        self._masks = None
 
     def env_is_wrapped(self, wrapper_class, indices=None) -> list[bool]:
         """The worlds are never wrapped."""

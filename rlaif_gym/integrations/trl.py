@@ -906,15 +906,36 @@ def scripted_sft_records(seeds: Iterable[int], config: RLAIFEnvConfig | Mapping[
     return records
 
 
+def _short_think(think: str, mode: bool | str) -> str:
+    """The scripted reply's `<think>` shortened for `sft_examples(short_think=mode)`."""
+    last = re.split(r"(?<=[.!?])\s+", think.strip())[-1]
+    if mode != "evidence":
+        return last
+    evidence = re.search(r"^(\S+) \(.*?\) trades at .*?The evidence: ([^;]*?)(?:;|\. Weighing)", think, flags=re.DOTALL)
+    if evidence is None:  # a wait or a perp trade: its decision sentence alone
+        return last
+    market, cite = evidence.groups()
+    cite = cite[0].upper() + cite[1:]
+    if market not in cite:  # a post or a tip: say which market it is about
+        cite = f"{market}: {cite}"
+    return f"{cite}. " + re.sub(r", about \d+% of equity", "", last)
+
+
 def sft_examples(records: Iterable[Mapping[str, Any]], tokenizer: PreTrainedTokenizerBase, *,
-                 max_reply_tokens: int | None = None, end_of_turn: int | None = None, short_think: bool = False,
-                 ) -> list[tuple[list[int], list[int]]]:
+                 max_reply_tokens: int | None = None, end_of_turn: int | None = None,
+                 short_think: bool | Literal["evidence"] = False) -> list[tuple[list[int], list[int]]]:
     """`(prompt_ids, reply_ids)` per SFT record, framed as `play_episodes` frames a tick: the prompt messages
     chat-templated with the generation prompt, then the reply's tokens and the end-of-turn token, so the
     policy learns to write what the sampler will be asked to write. A reply longer than `max_reply_tokens`
-    is cut to it (and gets no end-of-turn token), as the sampler would cut it. `short_think` keeps only the
-    last sentence of a reply's `<think>` block (the scripted agent's states its decision there), so that
-    replies fit a small token budget."""
+    is cut to it (and gets no end-of-turn token), as the sampler would cut it.
+
+    `short_think=True` keeps only the last sentence of a reply's `<think>` block (the scripted agent states
+    its decision there), so that replies fit a small token budget. `short_think="evidence"` keeps, before it,
+    the strongest feed item the scripted agent cited for a bet (with the market it names), so the reply
+    states the evidence its side follows from: `"Reuters-AI expects market-15 to resolve NO (t24). I buy NO
+    with $483."` (about 70 tokens with its JSON, against 55-64 for `True`)."""
+    if short_think not in (False, True, "evidence"):
+        raise ConfigError(f"short_think must be False, True or 'evidence', got {short_think!r}")
     end_of_turn = tokenizer.eos_token_id if end_of_turn is None else end_of_turn
     out = []
     for record in records:
@@ -925,8 +946,7 @@ def sft_examples(records: Iterable[Mapping[str, Any]], tokenizer: PreTrainedToke
         if short_think:
             match = re.match(r"\s*<think>(.*?)</think>", text, flags=re.DOTALL)
             if match:
-                last = re.split(r"(?<=[.!?])\s+", match.group(1).strip())[-1]
-                text = f"<think>{last}</think>" + text[match.end():]
+                text = f"<think>{_short_think(match.group(1), short_think)}</think>" + text[match.end():]
         ids = [*tokenizer(text, add_special_tokens=False)["input_ids"], end_of_turn]
         if max_reply_tokens is not None:
             ids = ids[:max_reply_tokens]

@@ -38,6 +38,7 @@ import os
 import platform
 import sys
 import threading
+import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -58,9 +59,12 @@ except ImportError:  # pragma: no cover - exercised only where numba is absent
 __all__ = ["available", "compile_notice", "kernel_cache_dir", "packed", "step"]
 
 COMPILE_NOTICE_AFTER_S = 2.0
-"""A first call that takes longer than this is compiling (a cache hit loads in well under a second)."""
+"""Where numba's cache cannot be inspected: a first call still running after this many seconds is compiling."""
 _noticed = False
 _warm = False  # `step` has run its kernel in this process (so it skips `compile_notice`)
+_KERNEL_NAMES = {"rlaif_gym.sim.fast._unpacked_kernel": "world step",
+                 "rlaif_gym.envs.fused._fused": "fused step (world, reward, observation)",
+                 "rlaif_gym.encoding.fast._kernel": "observation encoder"}
 
 
 def available() -> bool:
@@ -68,34 +72,64 @@ def available() -> bool:
     return numba is not None
 
 
+def _has_cache(dispatcher) -> bool | None:
+    """Whether numba's on-disk cache holds an index for `dispatcher` (its first call then loads machine code
+    rather than compiling: the cache directory is keyed by the kernels' sources, and numba checks their
+    contents); None where that cannot be read (not a numba dispatcher, or numba's internals moved)."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except (AttributeError, TypeError):
+        return None
+
+
 @contextlib.contextmanager
 def compile_notice(dispatcher):
-    """Around a compiled function's first call in this process: one line on stderr if it compiles.
+    """Around a compiled function's first call in this process: say on stderr when it compiles, and how long.
 
-    numba compiles on the first call and caches the machine code on disk, so only the first run on a
-    machine (or after an upgrade) waits; that wait of a minute or so should not look like a hang. A
-    timer prints the line only if the call is still running after `COMPILE_NOTICE_AFTER_S`, so cache
-    hits stay silent. Printed at most once per process.
+    numba compiles on the first call and caches the machine code on disk, so only a machine's first run
+    (or the first after an upgrade) waits, for minutes on 2 cores; that wait should not look like a hang,
+    and a cache hit (well under a second) should not claim to compile. So the line before the call prints
+    only when the cache has nothing for this kernel, and a line after it gives the measured compile time
+    (numba's own count of cache misses says a compile ran). Where the cache cannot be inspected, a timer
+    prints the first line if the call is still running after `COMPILE_NOTICE_AFTER_S`.
     """
     global _noticed
-    if _noticed or getattr(dispatcher, "signatures", True):
+    if getattr(dispatcher, "signatures", True):
         yield
         return
+    name = _KERNEL_NAMES.get(f"{getattr(dispatcher, '__module__', '')}.{getattr(dispatcher, '__name__', '')}",
+                             "world kernels")
+    cached = _has_cache(dispatcher)
+
+    spoke = []
 
     def say() -> None:
         global _noticed
+        spoke.append(True)
         if not _noticed:
             _noticed = True
-            print("rlaif-gym: compiling the world kernels for this machine (once, about a minute; cached "
-                  "afterwards; backend='numpy' skips it)", file=sys.stderr, flush=True)
+            folder = kernel_cache_dir()
+            print(f"rlaif-gym: compiling the world kernels for this machine (once: 1-5 minutes on 2 cores; cached "
+                  f"afterwards{f' in {folder}' if folder else ''}; backend='numpy' skips it)", file=sys.stderr,
+                  flush=True)
 
-    timer = threading.Timer(COMPILE_NOTICE_AFTER_S, say)
-    timer.daemon = True
-    timer.start()
+    timer = None
+    if cached is False:
+        say()
+    elif cached is None and not _noticed:
+        timer = threading.Timer(COMPILE_NOTICE_AFTER_S, say)
+        timer.daemon = True
+        timer.start()
+    started = time.perf_counter()
     try:
         yield
     finally:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
+        misses = getattr(dispatcher, "_cache_misses", None)
+        if (misses is not None and sum(misses.values()) > 0) or (misses is None and spoke):
+            print(f"rlaif-gym: compiled the {name} in {time.perf_counter() - started:.0f} s", file=sys.stderr,
+                  flush=True)
 
 
 _PACKAGE = Path(__file__).resolve().parents[1]

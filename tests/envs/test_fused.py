@@ -10,8 +10,12 @@ with the state's fields: rebinding a field, copying or pickling a state never le
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import subprocess
+import sys
 from contextlib import redirect_stderr
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -20,6 +24,8 @@ import pytest
 from rlaif_gym import RLAIFEnv, RLAIFEnvConfig
 from rlaif_gym.errors import InvalidActionError
 from rlaif_gym.sim import fast
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(not fast.available(), reason="numba is not installed")
 
@@ -178,4 +184,32 @@ def test_compile_notice_speaks_only_when_the_first_call_is_slow(monkeypatch, wor
     with redirect_stderr(err), fast.compile_notice(_Dispatcher()):
         threading.Event().wait(work_s)
     assert ("compiling the world kernels" in err.getvalue()) is says
-    assert err.getvalue().count("\n") <= 1
+    assert ("compiled the world kernels in" in err.getvalue()) is says  # and how long it took
+    assert err.getvalue().count("\n") == (2 if says else 0)
+
+
+_KERNEL_MODULE = """
+import sys, numba
+from rlaif_gym.sim import fast
+
+@numba.njit(cache=True)
+def _kernel(x):
+    return x + 1
+
+with fast.compile_notice(_kernel):
+    _kernel(1)
+print("ran")
+"""
+
+
+def test_compile_notice_says_so_only_when_numbas_cache_has_nothing(tmp_path):
+    """A real numba kernel in a fresh cache: the first process says it compiles and how long it took; a second
+    process loads it from the cache and says nothing (before, a 2 s timer spoke on slow cache hits too)."""
+    pytest.importorskip("numba")
+    (tmp_path / "kernel_mod.py").write_text(_KERNEL_MODULE)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    runs = [subprocess.run([sys.executable, "kernel_mod.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=600) for _ in range(2)]
+    assert all(r.returncode == 0 and r.stdout == "ran\n" for r in runs), [r.stderr for r in runs]
+    assert "compiling the world kernels" in runs[0].stderr and "compiled the world kernels in" in runs[0].stderr
+    assert "compil" not in runs[1].stderr, runs[1].stderr

@@ -362,18 +362,28 @@ def test_a_non_ascii_token_is_a_typed_422_not_an_internal_error(url):
         assert env.reset(seed=0).observation.tick == 0  # the session goes on
 
 
-def test_the_serve_command_runs_a_server(tmp_path):
+@pytest.mark.parametrize("kernel_cache", ["warm", "empty"])
+def test_the_serve_command_runs_a_server(tmp_path, kernel_cache):
+    """With an empty kernel cache (a fresh install) the server compiles before it listens, so a client with
+    openenv-core's default timeouts (60 s a message) is served at once; before, its first step timed out."""
+    env_vars = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if kernel_cache == "empty":
+        env_vars.pop("NUMBA_CACHE_DIR", None)
+        env_vars["RLAIF_GYM_CACHE"] = str(tmp_path / "cache")
     proc = subprocess.Popen([sys.executable, "-m", "rlaif_gym", "serve", "--port", "0", "--max-sessions", "1",
                              "--set", "num_ticks=3"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            text=True, env=env_vars,
                             # A runner started in the background inherits SIGINT ignored; the child must see a
                             # Ctrl-C as a terminal delivers it.
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        line = proc.stdout.readline()  # "serving RLAIF-Text-v0 over OpenEnv on http://127.0.0.1:PORT ..."
-        match = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-        assert match, (line, proc.stderr.read() if proc.poll() is not None else "")
-        assert "at most 1 sessions" in line
+        lines = [proc.stdout.readline() for _ in range(3)]  # warming up, warm in, then "serving ... on URL ..."
+        assert lines[0].startswith("warming up") and lines[1].startswith("warm in"), lines
+        match = re.search(r"on (http://127\.0\.0\.1:\d+)", lines[2])
+        assert match, (lines, proc.stderr.read() if proc.poll() is not None else "")
+        assert "at most 1 sessions" in lines[2]
+        if kernel_cache == "empty":
+            assert any((tmp_path / "cache").rglob("*.nbi")), "the kernels were not compiled into the empty cache"
         with RLAIFEnvClient(base_url=match.group(1)).sync() as env:
             assert env.reset(seed=0).observation.prompt == RLAIFTextEnv({"num_ticks": 3}).reset(seed=0)[0]
             assert env.step(WAIT).observation.tick == 1

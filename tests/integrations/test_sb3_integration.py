@@ -51,7 +51,8 @@ def _assert_steps_equal(ours, theirs, t):
     assert np.array_equal(ours[1], theirs[1]), f"step {t}: rewards {ours[1]} != {theirs[1]}"
     assert np.array_equal(ours[2], theirs[2]), f"step {t}: dones {ours[2]} != {theirs[2]}"
     for i, (x, y) in enumerate(zip(ours[3], theirs[3], strict=True)):
-        for key in ("reward_components", "pnl_delta", "equity", "cash", "feedback", "tick", "TimeLimit.truncated"):
+        for key in ("reward_components", "pnl_delta", "equity", "cash", "feedback", "tick", "fill",
+                    "TimeLimit.truncated"):
             assert x[key] == y[key], f"step {t} world {i}: info[{key!r}] {x[key]} != {y[key]}"
         assert ("terminal_observation" in x) == ("terminal_observation" in y), f"step {t} world {i}"
         if "terminal_observation" in y:
