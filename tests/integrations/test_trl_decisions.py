@@ -30,6 +30,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rlaif_gym.envs.decisions import DECISION_WORLD, WAIT_REPLY, decision_points
 from rlaif_gym.envs.text_env import RLAIFTextEnv
+from rlaif_gym.errors import ConfigError
 from rlaif_gym.integrations.local_llm import MODEL_REQUIREMENT, missing_local_llm, model_path
 from rlaif_gym.integrations.trl import (
     EPISODE_ENDED,
@@ -215,3 +216,30 @@ def test_evaluate_decisions_scores_a_reply_against_a_wait_on_the_same_state(toke
     assert user["content"] == points[0].prompt and system["content"] == RLAIFTextEnv(WORLD).system_prompt
     assert reply["role"] == "assistant" and reply["content"].startswith("<think>")
     assert len(sft_examples(records, tokenizer, short_think=True, max_reply_tokens=64)) == len(points)
+
+
+def test_evidence_think_states_the_feed_item_the_bet_follows_from(tokenizer):
+    """`short_think="evidence"`: each scripted bet's reply names its market and cites a feed item for the side it
+    buys, before the same action; the replies still play as well-formed, executed actions."""
+    pts = decision_points(range(0, 12), WORLD, resolves_within=4, horizon=1)
+    records = decision_sft_records(pts)
+    evidence = sft_examples(records, tokenizer, short_think="evidence", max_reply_tokens=88)
+    decision = sft_examples(records, tokenizer, short_think=True, max_reply_tokens=88)
+    bets = 0
+    for point, record, (_, ids), (_, short) in zip(pts, records, evidence, decision, strict=True):
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        think, action = text.split("</think>")
+        assert action == record["messages"][-1]["content"].split("</think>")[1]  # the same action
+        assert ids[-1] == tokenizer.eos_token_id  # fits the budget whole
+        act = json.loads(action)
+        if act["type"] == "buy_prediction":
+            bets += 1
+            cite = think.split(". I buy")[0]
+            assert act["market"] in cite and (f"says {act['outcome']}" in cite or f"resolve {act['outcome']}" in cite)
+            assert len(ids) > len(short)  # the evidence comes on top of the decision sentence
+        env = point.env()
+        _, _, _, _, info = env.step(text)
+        assert not info["format_errors"] and info["feedback"]["success"], (text, info["feedback"])
+    assert bets >= 4
+    with pytest.raises(ConfigError, match="short_think"):
+        sft_examples(records, tokenizer, short_think="long")
