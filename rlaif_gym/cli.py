@@ -25,7 +25,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, DependencyNotInstalled, NothingToWriteError, RLAIFError
+from .errors import ConfigError, DependencyNotInstalled, NothingToWriteError, RLAIFError, install_hint
 
 __all__ = ["main"]
 
@@ -36,7 +36,7 @@ def _require_cli():
         import typer
     except ImportError as exc:
         raise DependencyNotInstalled(
-            'the rlaif-gym command needs typer and rich: pip install "rlaif-gym[cli]"'
+            "the rlaif-gym command needs typer and rich: " + install_hint("cli")
         ) from exc
     return typer
 
@@ -518,7 +518,7 @@ def _build_app():
         compare: Path = typer.Argument(None, metavar="RUN_B", help="a second run to put side by side with the "
                                        "first (e.g. before and after training)"),
         out: Path = typer.Option(None, file_okay=False, help="where to write the plots, report.html and metrics.json "
-                                 "(default: DIRECTORY/report)"),
+                                 "(default: DIRECTORY/report; for two runs, report-A-vs-B beside the first)"),
         baselines: bool = typer.Option(True, help="play the numeric baseline agents and buy-and-hold on the "
                                        "run's seeds"),
         plots: bool = typer.Option(True, help="write the PNG plots and report.html (needs the plots extra)"),
@@ -534,7 +534,15 @@ def _build_app():
         if len(dirs) == 2:
             names = [f"A: {names[0]}", f"B: {names[1]}"]
         loaded = [load_run(d) for d in dirs]
-        target = out if out is not None else directory / "report"
+        if out is not None:
+            target = out
+        elif compare is None:
+            target = directory / "report"
+        else:  # beside the runs: a comparison is neither run's own report, so it never replaces A's
+            a, b = directory.resolve(), compare.resolve()
+            target = a.parent / f"report-{a.name}-vs-{b.name}"
+        if plots and (target / "report.html").exists():
+            console.print(_outside(f"replacing the report in {target}"), highlight=False, soft_wrap=True)
         plots_missing = None
         if plots:
             try:
@@ -715,7 +723,7 @@ def _build_app():
         try:
             from stable_baselines3.common.env_checker import check_env as sb3_check
         except ImportError:
-            console.print('skip SB3 check_env (pip install "rlaif-gym[sb3]")', markup=False, highlight=False)
+            console.print(f'skip SB3 check_env ({install_hint("sb3")})', markup=False, highlight=False)
         else:
             try:
                 sb3_check(gym.make("RLAIF-v0"))

@@ -18,7 +18,20 @@ __all__ = [
     "RecordError",
     "ResetNeeded",
     "VerdictParseError",
+    "install_hint",
 ]
+
+TORCH_EXTRAS = frozenset({"sb3", "rllib", "trl"})
+"""Extras that pull torch: installed with the constraints file, which pins the CPU build (a bare install
+pulls a multi-GB CUDA build)."""
+
+
+def install_hint(extra: str) -> str:
+    """The command that installs an extra, as it works today: from a clone of the repository (the package is
+    not on a registry), with the constraints file for the extras that pull torch. Every `DependencyNotInstalled`
+    message ends with it."""
+    constraints = " -c constraints.txt" if extra in TORCH_EXTRAS else ""
+    return f'pip install -e ".[{extra}]"{constraints} (in the rlaif_gym clone)'
 
 
 class RLAIFError(Exception):

@@ -124,7 +124,7 @@ def test_check_names_the_sb3_extra(monkeypatch, capsys):
 
     monkeypatch.setattr(builtins, "__import__", no_sb3)
     main(["check"])
-    assert 'pip install "rlaif-gym[sb3]"' in capsys.readouterr().out
+    assert 'pip install -e ".[sb3]" -c constraints.txt' in capsys.readouterr().out  # the CPU torch, from the clone
 
 
 def test_progress_lines_when_stderr_is_not_a_terminal(tmp_path):

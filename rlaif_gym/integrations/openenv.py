@@ -63,7 +63,7 @@ from ..envs.inputs import check_config, check_seed
 from ..envs.rlaif_env import EnvSnapshot
 from ..envs.snapshot import MAX_SNAPSHOT_BYTES, decode_snapshot, encode_snapshot
 from ..envs.text_env import RLAIFTextEnv
-from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError
+from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError, install_hint
 from ..trajectory import storable_text
 
 try:
@@ -103,7 +103,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise DependencyNotInstalled(
         f'rlaif_gym.integrations.openenv needs openenv-core (and the FastAPI/uvicorn it brings): '
-        f'pip install "rlaif-gym[openenv]" ({exc})'
+        f'{install_hint("openenv")} ({exc})'
     ) from exc
 
 __all__ = [

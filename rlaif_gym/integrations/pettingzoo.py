@@ -20,13 +20,13 @@ from typing import Any
 
 from ..config import RLAIFEnvConfig
 from ..envs.multi_agent import RLAIFMultiAgentEnv
-from ..errors import DependencyNotInstalled
+from ..errors import DependencyNotInstalled, install_hint
 
 try:
     from pettingzoo import ParallelEnv
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise DependencyNotInstalled('rlaif_gym.integrations.pettingzoo needs PettingZoo: pip install '
-                                 '"rlaif-gym[pettingzoo]"') from exc
+    raise DependencyNotInstalled("rlaif_gym.integrations.pettingzoo needs PettingZoo: "
+                                 + install_hint("pettingzoo")) from exc
 
 __all__ = ["RLAIFParallelEnv", "parallel_env"]
 

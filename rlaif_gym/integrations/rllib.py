@@ -27,14 +27,13 @@ from typing import Any
 from ..config import RLAIFEnvConfig
 from ..envs import RLAIFEnv
 from ..envs.multi_agent import RLAIFMultiAgentEnv
-from ..errors import ConfigError, DependencyNotInstalled
+from ..errors import ConfigError, DependencyNotInstalled, install_hint
 
 try:
     from ray.rllib.env.multi_agent_env import MultiAgentEnv
     from ray.tune.registry import register_env
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise DependencyNotInstalled('rlaif_gym.integrations.rllib needs Ray RLlib: pip install "rlaif-gym[rllib]" '
-                                 "(install torch first from constraints.txt to get the CPU build)") from exc
+    raise DependencyNotInstalled("rlaif_gym.integrations.rllib needs Ray RLlib: " + install_hint("rllib")) from exc
 
 __all__ = ["ENV_NAME", "MULTI_AGENT_ENV_NAME", "RLAIFRLlibMultiAgentEnv", "env_creator", "multi_agent_env_creator",
            "register"]

@@ -41,7 +41,7 @@ from ..envs import EpisodeStats, RLAIFCore, evaluate_policy, world_params
 from ..envs.behavior import BatchBehavior
 from ..envs.core import check_numeric_actions, check_reset_options, fill_info, integral_array
 from ..envs.rlaif_env import RLAIFEnv
-from ..errors import DependencyNotInstalled, InvalidActionError, ResetNeeded
+from ..errors import DependencyNotInstalled, InvalidActionError, ResetNeeded, install_hint
 
 try:
     import torch as th
@@ -51,8 +51,7 @@ try:
     from stable_baselines3.common.vec_env import VecEnv
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise DependencyNotInstalled(
-        'rlaif_gym.integrations.sb3 needs stable-baselines3: pip install "rlaif-gym[sb3]" '
-        "(install torch first from constraints.txt to get the CPU build)"
+        "rlaif_gym.integrations.sb3 needs stable-baselines3: " + install_hint("sb3")
     ) from exc
 try:
     from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer
@@ -336,7 +335,7 @@ if MaskableActorCriticPolicy is not None:
 
 def __getattr__(name: str):
     if name in ("MaskableJointActionPolicy", "JointMaskRolloutBuffer"):
-        raise DependencyNotInstalled(f'{name} needs sb3-contrib (MaskablePPO): pip install "rlaif-gym[sb3]"')
+        raise DependencyNotInstalled(f"{name} needs sb3-contrib (MaskablePPO): {install_hint('sb3')}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

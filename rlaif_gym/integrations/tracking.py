@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import DependencyNotInstalled
+from ..errors import DependencyNotInstalled, install_hint
 from ..trajectory import Trajectory
 
 __all__ = ["TensorBoardLogger", "WandbLogger", "trajectory_metrics"]
@@ -88,7 +88,7 @@ class TensorBoardLogger(_Logger):
         try:
             from tensorboardX import SummaryWriter
         except ImportError as exc:
-            raise DependencyNotInstalled('TensorBoard logging needs tensorboardX: pip install "rlaif-gym[tracking]"') \
+            raise DependencyNotInstalled("TensorBoard logging needs tensorboardX: " + install_hint("tracking")) \
                 from exc
         super().__init__()
         self.logdir = os.fspath(logdir)
@@ -119,7 +119,7 @@ class WandbLogger(_Logger):
         try:
             import wandb
         except ImportError as exc:
-            raise DependencyNotInstalled('W&B logging needs wandb: pip install "rlaif-gym[wandb]"') from exc
+            raise DependencyNotInstalled("W&B logging needs wandb: " + install_hint("wandb")) from exc
         super().__init__()
         self.run = wandb.init(project=project, name=name, config=dict(config or {}), **init)
 

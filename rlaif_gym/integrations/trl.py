@@ -60,7 +60,7 @@ from ..envs.decisions import WAIT_REPLY, DecisionPoint
 from ..envs.inputs import check_config, check_seed, check_snapshot, check_ticks
 from ..envs.rlaif_env import EnvSnapshot
 from ..envs.text_env import RLAIFTextEnv
-from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError
+from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError, install_hint
 from ..llm.scripted import ScriptedLLM
 
 try:
@@ -70,8 +70,7 @@ try:
     from trl.models import unwrap_model_for_generation
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise DependencyNotInstalled(
-        'rlaif_gym.integrations.trl needs TRL: pip install "rlaif-gym[trl]" '
-        "(install torch first from constraints.txt to get the CPU build)"
+        "rlaif_gym.integrations.trl needs TRL: " + install_hint("trl")
     ) from exc
 
 if TYPE_CHECKING:

@@ -49,7 +49,7 @@ from ..envs.decisions import WAIT_REPLY, decision_points
 from ..envs.inputs import check_seed
 from ..envs.rlaif_env import EnvSnapshot
 from ..envs.text_env import RLAIFTextEnv
-from ..errors import ConfigError, DependencyNotInstalled
+from ..errors import ConfigError, DependencyNotInstalled, install_hint
 from ..llm import ScriptedLLM
 from ..llm_judge import load_template, parse_absolute, render_messages, trajectory_data
 from ..rewards.archetypes import DEFAULT_ARCHETYPE, load_rubrics, normalize_archetype
@@ -63,8 +63,8 @@ try:
     from verifiers.v1.dialects.chat import message_to_wire, parse_message
     from verifiers.v1.utils.trace_store import read_episodes
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise DependencyNotInstalled('rlaif_gym.integrations.verifiers needs verifiers 0.4: pip install '
-                                 '"rlaif-gym[verifiers]"') from exc
+    raise DependencyNotInstalled("rlaif_gym.integrations.verifiers needs verifiers 0.4: "
+                                 + install_hint("verifiers")) from exc
 
 __all__ = [
     "ENV_ID",

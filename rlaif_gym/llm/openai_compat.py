@@ -38,12 +38,12 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import numpy as np
 
-from ..errors import DependencyNotInstalled
+from ..errors import DependencyNotInstalled, install_hint
 from .types import Completion, LLMError, SamplingParams
 
 __all__ = ["OpenAIChatClient", "redact_url", "require_http_client"]
 
-_EXTRA_HINT = 'pip install "rlaif-gym[openai]"'
+_EXTRA_HINT = install_hint("openai")
 _STATUS_ERRORS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
                   404: "NotFoundError", 409: "ConflictError", 422: "UnprocessableEntityError", 429: "RateLimitError"}
 """The error type recorded for an HTTP status (the names the `openai` SDK gave them; >= 500 is

@@ -76,7 +76,7 @@ def write_report(runs: Sequence[RunReport], out_dir: str | os.PathLike[str]) -> 
     """Write the plots, report.html and metrics.json for one run, or several side by side, into `out_dir`.
 
     Raises:
-        DependencyNotInstalled: matplotlib or jinja2 is missing: pip install "rlaif-gym[plots]".
+        DependencyNotInstalled: matplotlib or jinja2 is missing: `install_hint("plots")`.
     """
     from .html import render_html
     from .plots import write_plots

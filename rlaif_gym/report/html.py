@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..errors import DependencyNotInstalled
+from ..errors import DependencyNotInstalled, install_hint
 from ..metrics import TICKS_PER_YEAR, to_jsonable
 from ..trajectory import LLMCall, Trajectory
 from .analysis import RunReport
@@ -69,7 +69,7 @@ def _jinja() -> Any:
     try:
         import jinja2
     except ImportError as exc:
-        raise DependencyNotInstalled('the HTML report needs jinja2: pip install "rlaif-gym[plots]"') from exc
+        raise DependencyNotInstalled("the HTML report needs jinja2: " + install_hint("plots")) from exc
     return jinja2
 
 

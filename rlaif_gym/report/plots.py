@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DependencyNotInstalled
+from ..errors import DependencyNotInstalled, install_hint
 from ..metrics import call_latencies, rank_correlation
 from .analysis import RunReport, equity_matrix, first_tick
 from .baselines import BUY_AND_HOLD
@@ -51,7 +51,7 @@ def require_matplotlib() -> Any:
         from matplotlib.figure import Figure
     except ImportError as exc:
         raise DependencyNotInstalled(
-            'the report plots need matplotlib: pip install "rlaif-gym[plots]"'
+            "the report plots need matplotlib: " + install_hint("plots")
         ) from exc
     return Figure
 

@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from ..errors import ConfigError, DependencyNotInstalled
+from ..errors import ConfigError, DependencyNotInstalled, install_hint
 from ..trajectory import Trajectory
 
 __all__ = ["RayBackend"]
@@ -35,7 +35,7 @@ def _ray():
     try:
         import ray
     except ImportError as exc:
-        raise DependencyNotInstalled('RayBackend needs Ray: pip install "rlaif-gym[ray]"') from exc
+        raise DependencyNotInstalled("RayBackend needs Ray: " + install_hint("ray")) from exc
     return ray
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import DependencyNotInstalled
+from ..errors import DependencyNotInstalled, install_hint
 from ..trajectory import SCHEMA_VERSION, SchemaVersionError, Trajectory
 from ._files import atomic_replace
 
@@ -58,7 +58,7 @@ def _pyarrow() -> tuple[Any, Any]:
         import pyarrow.parquet as pq
     except ImportError as exc:
         raise DependencyNotInstalled(
-            'Parquet storage needs pyarrow, which is not installed; install it with: pip install "rlaif-gym[parquet]"'
+            "Parquet storage needs pyarrow, which is not installed; install it with: " + install_hint("parquet")
         ) from exc
     return pa, pq
 
@@ -70,7 +70,7 @@ def write_parquet(path: str | os.PathLike[str], trajectories: Iterable[Trajector
         The path written.
 
     Raises:
-        DependencyNotInstalled: pyarrow is missing (`pip install "rlaif-gym[parquet]"`).
+        DependencyNotInstalled: pyarrow is missing (`install_hint("parquet")`).
     """
     pa, pq = _pyarrow()
     rows = list(trajectories)

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from ..errors import ConfigError, DependencyNotInstalled
+from ..errors import ConfigError, DependencyNotInstalled, install_hint
 from ..trajectory import Trajectory
 from .exports import to_db_rows
 from .jsonl import StorageError
@@ -58,7 +58,7 @@ def _sqlalchemy():
         import sqlalchemy
     except ImportError as exc:
         raise DependencyNotInstalled(
-            'the SQL trajectory sink needs SQLAlchemy (and psycopg for PostgreSQL): pip install "rlaif-gym[sql]"'
+            "the SQL trajectory sink needs SQLAlchemy (and psycopg for PostgreSQL): " + install_hint("sql")
         ) from exc
     return sqlalchemy
 
@@ -165,7 +165,7 @@ class SqlTrajectorySink:
             self.engine = sa.create_engine(self.url, **(engine_options or {}))
         except (ImportError, sa.exc.NoSuchModuleError) as exc:
             raise DependencyNotInstalled(
-                f"no database driver for {self.url.drivername} ({exc}); for PostgreSQL: pip install \"rlaif-gym[sql]\""
+                f"no database driver for {self.url.drivername} ({exc}); for PostgreSQL: {install_hint('sql')}"
             ) from exc
         self._sqlite = self.engine.dialect.name == "sqlite"
         metadata, self.table, self.users = _tables(sa, self.schema)

@@ -282,7 +282,7 @@ def test_without_the_sql_extra_the_error_names_it(monkeypatch, tmp_path, capsys)
         FastRolloutGenerator(RolloutConfig(database_url=f"sqlite:///{tmp_path / 'x.db'}"))
     code = cli_main(["rollout", "--episodes", "1", "--max-ticks", "1", "--out", str(tmp_path / "r"), "--no-progress",
                      "--db", f"sqlite:///{tmp_path / 'x.db'}"])
-    assert code == 2 and 'rlaif-gym[sql]' in capsys.readouterr().err
+    assert code == 2 and 'pip install -e ".[sql]"' in capsys.readouterr().err
 
 
 def test_llm_agent_runner_and_a_failed_policy_call():

@@ -1,4 +1,5 @@
-"""Optional libraries are imported lazily, and a missing one raises DependencyNotInstalled naming its extra."""
+"""Optional libraries are imported lazily, and a missing one raises DependencyNotInstalled with the command that
+installs its extra from the clone (the constraints file for the extras that pull torch)."""
 
 from __future__ import annotations
 
@@ -8,23 +9,25 @@ import textwrap
 
 import pytest
 
+from rlaif_gym.errors import install_hint
+
 # Each snippet hides one library (a None entry in sys.modules makes its import fail) and imports our module.
 CASES = {
-    "pettingzoo": ("pettingzoo", "import rlaif_gym.integrations.pettingzoo", "rlaif-gym[pettingzoo]"),
-    "rllib": ("ray", "import rlaif_gym.integrations.rllib", "rlaif-gym[rllib]"),
-    "sb3": ("stable_baselines3", "import rlaif_gym.integrations.sb3", "rlaif-gym[sb3]"),
-    "trl": ("trl", "import rlaif_gym.integrations.trl", "rlaif-gym[trl]"),
-    "openenv": ("openenv", "import rlaif_gym.integrations.openenv", "rlaif-gym[openenv]"),
-    "verifiers": ("verifiers", "import rlaif_gym.integrations.verifiers", "rlaif-gym[verifiers]"),
-    "verifiers-plugin": ("verifiers", "import rlaif_gym_verifiers", "rlaif-gym[verifiers]"),
+    "pettingzoo": ("pettingzoo", "import rlaif_gym.integrations.pettingzoo", install_hint("pettingzoo")),
+    "rllib": ("ray", "import rlaif_gym.integrations.rllib", install_hint("rllib")),
+    "sb3": ("stable_baselines3", "import rlaif_gym.integrations.sb3", install_hint("sb3")),
+    "trl": ("trl", "import rlaif_gym.integrations.trl", install_hint("trl")),
+    "openenv": ("openenv", "import rlaif_gym.integrations.openenv", install_hint("openenv")),
+    "verifiers": ("verifiers", "import rlaif_gym.integrations.verifiers", install_hint("verifiers")),
+    "verifiers-plugin": ("verifiers", "import rlaif_gym_verifiers", install_hint("verifiers")),
     "ray-backend": ("ray", "from rlaif_gym.rollout.ray_backend import RayBackend\nimport asyncio\n"
                     "from rlaif_gym.rollout import RolloutCollector\nfrom rlaif_gym.agents import ScriptedLLMAgent\n"
-                    "RolloutCollector(ScriptedLLMAgent(), backend=RayBackend(2)).collect(1, 0)", "rlaif-gym[ray]"),
+                    "RolloutCollector(ScriptedLLMAgent(), backend=RayBackend(2)).collect(1, 0)", install_hint("ray")),
     # The OpenAI-compatible client: constructing it needs nothing; its first call needs aiohttp and orjson.
     **{f"openai-client-without-{hidden}": (hidden, "import asyncio\nfrom rlaif_gym.llm import OpenAIChatClient, "
                                            "SamplingParams\nclient = OpenAIChatClient('m', 'http://127.0.0.1:9/v1')\n"
                                            "asyncio.run(client.complete([{'role': 'user', 'content': 'hi'}], "
-                                           "SamplingParams()))", "rlaif-gym[openai]")
+                                           "SamplingParams()))", install_hint("openai"))
        for hidden in ("aiohttp", "orjson")},
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import pytest
@@ -40,6 +41,23 @@ def test_report_defaults_to_run_dir_report(scripted_run, tmp_path, capsys):
     assert "baselines disabled" in capsys.readouterr().out
 
 
+def test_a_comparison_is_written_beside_the_runs_never_into_the_first(scripted_run, hostile_run, tmp_path, capsys):
+    """`report A B` without --out: report-A-vs-B beside A, so A's own report is never replaced; a report it does
+    replace (the same comparison again) is named on the terminal."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(scripted_run, a, ignore=shutil.ignore_patterns("report*"))
+    shutil.copytree(hostile_run, b, ignore=shutil.ignore_patterns("report*"))
+    assert main(["report", str(a), "--no-baselines"]) == 0
+    own = (a / "report" / "report.html").read_bytes()
+    assert main(["report", str(a), str(b), "--no-baselines"]) == 0
+    side = tmp_path / "report-a-vs-b"
+    assert "B: b" in (side / "report.html").read_text(encoding="utf-8")
+    assert (a / "report" / "report.html").read_bytes() == own
+    assert "replacing" not in capsys.readouterr().out
+    assert main(["report", str(a), str(b), "--no-baselines"]) == 0
+    assert f"replacing the report in {side}" in capsys.readouterr().out.replace("\n", "")
+
+
 def test_report_compares_two_runs(scripted_run, hostile_run, tmp_path, capsys):
     assert main(["report", str(scripted_run), str(hostile_run), "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
@@ -54,7 +72,7 @@ def test_without_the_plots_extra_the_table_still_prints_and_says_how(scripted_ru
     assert main(["report", str(scripted_run), "--out", str(tmp_path / "rep"), "--no-baselines"]) == 0
     text = capsys.readouterr().out
     assert "mean final PnL (USD)" in text
-    assert 'pip install "rlaif-gym[plots]"' in text
+    assert 'pip install -e ".[plots]"' in text
     assert not (tmp_path / "rep").exists()
 
 
