@@ -53,3 +53,18 @@ def test_bench_soak_smoke() -> None:
     assert "| trajectories | RSS MB | open fds | Python heap MB |" in proc.stdout, proc.stdout
     assert "completed 300, failed 0" in proc.stdout, proc.stdout
     assert "KB per 1,000 trajectories" in proc.stdout, proc.stdout
+
+
+def test_bench_first_step_smoke() -> None:
+    """`benchmarks/bench_first_step.py` (warm only, one fresh process) prints its table with every stage timed."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_first_step.py"), "--no-cold",
+                           "--repeats", "1", "--faces", "numeric"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    header = "| face | cold: total | warm: import | make | reset | first step | warm: total |"
+    lines = proc.stdout.splitlines()
+    assert header in lines and "Time to first step" in proc.stdout, proc.stdout
+    cells = [c.strip() for c in lines[lines.index(header) + 2].strip("|").split("|")]
+    assert cells[0] == "RLAIF-v0" and cells[1] == "-", cells
+    for cell in cells[2:]:
+        assert float(cell) >= 0.0, cells  # a number, whatever its value
