@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import builtins
 import json
+import re
 
 import pytest
 
-from rlaif_gym.errors import DependencyNotInstalled
+from rlaif_gym.errors import DependencyNotInstalled, install_hint
 from rlaif_gym.storage import PARQUET_SUMMARY_COLUMNS, read_parquet, write_parquet
 from rlaif_gym.trajectory import SchemaVersionError
 
@@ -70,7 +71,7 @@ def test_missing_pyarrow_names_the_extra(tmp_path, rich, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
-    with pytest.raises(DependencyNotInstalled, match=r'pip install "rlaif-gym\[parquet\]"'):
+    with pytest.raises(DependencyNotInstalled, match=re.escape(install_hint("parquet"))):
         write_parquet(tmp_path / "x.parquet", [rich])
     with pytest.raises(DependencyNotInstalled, match="parquet"):
         read_parquet(tmp_path / "x.parquet")
