@@ -500,10 +500,11 @@ def _build_app():
                                        "reset may override fields for its episode"),
     ):
         """Serve RLAIF-Text-v0 to OpenEnv clients (WebSocket /ws, HTTP): reset, step, state, snapshot, restore."""
+        from .config import RLAIFEnvConfig
         from .integrations.openenv import create_app, warm_up
         from .integrations.openenv import serve as run_server
 
-        config = _parse_overrides(set_)
+        config = RLAIFEnvConfig.from_any(_parse_overrides(set_))  # a bad --set fails now, not after the warm-up
         console.print("warming up: one tick of the env, so that no client waits on the compiled kernels (a "
                       "machine's first run compiles them: minutes)", highlight=False, soft_wrap=True)
         console.print(f"warm in {warm_up(config):.1f} s", highlight=False, soft_wrap=True)

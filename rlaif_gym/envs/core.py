@@ -74,14 +74,15 @@ def check_numeric_actions(actions: object, nvec: np.ndarray, num_worlds: int) ->
             shape) or one out of range.
     """
     ints = integral_array(actions)
-    if ints is None or ints.shape != (num_worlds, len(nvec)) or np.any(ints < 0) or np.any(ints >= nvec):
-        arr = np.asarray(actions, dtype=object) if ints is None else ints
+    shaped = ints is not None and ints.shape == (num_worlds, len(nvec))
+    bad = np.nonzero(((ints < 0) | (ints >= nvec)).any(axis=1))[0] if shaped else None
+    if not shaped or len(bad):
+        got = (f"world {bad[0]} sent {ints[bad[0]].tolist()} ({len(bad)} world(s) out of range)" if shaped else
+               f"shape {np.shape(ints) if ints is not None else np.asarray(actions, dtype=object).shape}"
+               + ("" if ints is not None else " of non-integers"))
         raise InvalidActionError(
             f"actions must be integers of shape ({num_worlds}, {len(nvec)}) with 0 <= a[:, i] < {nvec.tolist()} "
-            f"([kind, target, size, side] per world), got shape {arr.shape}"
-            + ("" if ints is None or ints.shape != (num_worlds, len(nvec)) else f": {ints.tolist()}")
-            + "; sample a batch with envs.action_space.sample()"
-        )
+            f"([kind, target, size, side] per world), got {got}; sample a batch with envs.action_space.sample()")
     return ints
 
 

@@ -542,10 +542,12 @@ class RLAIFSB3VecEnv(VecEnv):
 
     def _lend(self, world: int) -> RLAIFEnv:
         """A single env holding world `world` (state, generator, behaviour tracker); see `env_method`."""
+        if self.core.state is None:  # DummyVecEnv's sub-envs exist before a reset; these worlds do not
+            raise ResetNeeded("call reset() on the VecEnv before env_method(...): its worlds start there")
         env = self._views.get(world)
         if env is None:
             env = self._views[world] = RLAIFEnv(self.config)
-        env._core.state = None if self.core.state is None else self.core.state.take(np.array([world]))
+        env._core.state = self.core.state.take(np.array([world]))
         if self._rngs[world] is not None:
             env.np_random = self._rngs[world]
         env._feedback, env._done, env._prices, env._equity = None, False, [], []
@@ -555,10 +557,7 @@ class RLAIFSB3VecEnv(VecEnv):
 
     def _take_back(self, world: int, env: RLAIFEnv) -> None:
         """Write what a call on the lent env changed back into world `world`."""
-        if env._core.state is not None:
-            if self.core.state is None:  # the first reset came through env_method: give every world a state
-                self.core.state = env._core.state.take(np.zeros(self.num_envs, dtype=np.int64))
-            self.core.state.put(np.array([world]), env._core.state)
+        self.core.state.put(np.array([world]), env._core.state)
         if env._np_random is not None:
             self._rngs[world] = env._np_random
         if self._behavior is not None:

@@ -118,6 +118,7 @@ def test_shortest_episode_passes_check_env_and_one_tick_is_refused_with_why():
 
 
 @_NUMBA
+# The pickle round trip loads only the bytes this test itself just dumped (SubprocVecEnv ships envs so).
 @pytest.mark.parametrize("clone", [copy.deepcopy, lambda env: pickle.loads(pickle.dumps(env))],
                          ids=["deepcopy", "pickle"])
 def test_a_copied_env_steps_without_compiling_again(clone):
@@ -223,3 +224,5 @@ def test_sb3_options_and_errors_are_the_sub_envs(sb3_pair):
         fresh.step(np.zeros((2, 4), dtype=np.int64))
     with pytest.raises(gym.error.ResetNeeded):
         fresh.action_masks()
+    with pytest.raises(gym.error.ResetNeeded, match="reset"):  # no world exists to lend before the first reset
+        fresh.env_method("get_state", indices=0)
