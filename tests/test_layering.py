@@ -22,6 +22,7 @@ LAYERS = {
     "errors": -1, "_version": -1, "config": 0,  # errors is the floor: every module, config included, may raise them
     "sim": 1, "trajectory": 1,
     "encoding": 2, "llm": 2, "storage": 2,
+    "babylon": 2,  # the port of the original's formulas: below rewards and judge, which forward its names
     "rewards": 3, "agents": 3, "judge": 3,
     "envs": 4, "llm_judge": 4,
     "rollout": 5,

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # for type checkers and API docs: the same names, imported ea
     from .evaluate import EpisodeStats, evaluate_policy, seed_keys
     from .multi_agent import RLAIFMultiAgentEnv
     from .rlaif_env import EnvSnapshot, RLAIFEnv
-    from .text_env import RLAIFTextEnv
+    from .text_env import RLAIFTextEnv, warm_up
     from .vector_env import RLAIFVectorEnv
 
 _WHERE = {
@@ -24,7 +24,7 @@ _WHERE = {
     "EpisodeStats": "evaluate", "evaluate_policy": "evaluate", "seed_keys": "evaluate",
     "RLAIFMultiAgentEnv": "multi_agent",
     "EnvSnapshot": "rlaif_env", "RLAIFEnv": "rlaif_env",
-    "RLAIFTextEnv": "text_env",
+    "RLAIFTextEnv": "text_env", "warm_up": "text_env",
     "RLAIFVectorEnv": "vector_env",
 }
 
@@ -39,6 +39,7 @@ __all__ = [
     "evaluate_policy",
     "register_envs",
     "seed_keys",
+    "warm_up",
     "world_params",
 ]
 

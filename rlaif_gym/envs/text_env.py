@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..errors import InvalidActionError, ResetNeeded
 from ..judge.rules import RuleJudge
 from .rlaif_env import RLAIFEnv
 
-__all__ = ["MAX_PROMPT_CHARS", "MAX_REPLY_SAMPLE_CHARS", "RLAIFTextEnv", "describe_outcome"]
+__all__ = ["MAX_PROMPT_CHARS", "MAX_REPLY_SAMPLE_CHARS", "RLAIFTextEnv", "describe_outcome", "warm_up"]
 
 MAX_PROMPT_CHARS = 16_384
 """Upper bound of a rendered prompt (the Text observation space's max_length)."""
@@ -177,3 +178,19 @@ class RLAIFTextEnv(RLAIFEnv):
         }
         terminated, truncated = bool(res.terminated[0]), bool(res.truncated[0])
         return self._prompt, float(res.reward[0]), terminated, truncated, info
+
+
+def warm_up(config: RLAIFEnvConfig | Mapping[str, Any] | None = None) -> float:
+    """Reset an `RLAIF-Text-v0` of `config` and step it once (a wait), and return the seconds it took.
+
+    What a first tick needs is then in this process: the compiled kernels loaded from their on-disk cache
+    (about a second), or compiled on a machine's first run (minutes on 2 cores, announced on stderr). Servers
+    call it before they accept connections and the rollout collector before its clock starts, so that a
+    client's first message, a progress bar's ETA and a run's ticks/s never include the start-up.
+    """
+    started = time.perf_counter()
+    env = RLAIFTextEnv(RLAIFEnvConfig.from_any(config))
+    env.reset(seed=0)
+    env.step('{"type": "wait"}')
+    env.close()
+    return time.perf_counter() - started

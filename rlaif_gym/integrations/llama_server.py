@@ -157,7 +157,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # Run by its path, this file's folder is first on sys.path, where its neighbours (trl.py, openenv.py, ...)
+    # Run by its path, this file's folder is first on sys.path, where its neighbours (trl.py, the openenv package, ...)
     # would shadow the packages of those names.
     if sys.path and sys.path[0] and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
         sys.path.pop(0)

@@ -1,86 +1,29 @@
 """Judges that score an LLM reply without calling a model.
 
 `rules.RuleJudge` is the hardened judge the text env trains with: grounded in the tick the model saw
-and robust to keyword stuffing, repetition, padding and prompt copying. `legacy` reproduces the
-original Babylon heuristics (docs/babylon.md ("The original's quality heuristics")), with three
-documented defect fixes, so that scores can be compared with the original's.
+and robust to keyword stuffing, repetition, padding and prompt copying. `__all__` lists it and its
+verdict.
+
+The original Babylon heuristics moved to the compatibility package `rlaif_gym.babylon`
+(`babylon.quality`; docs/babylon.md ("The original's quality heuristics")), so that scores can be
+compared with the original's. Code written against this package still imports them from here or
+from `judge.legacy`: `__getattr__` below hands out the very same objects, without listing them in
+`__all__` or `dir()`. tests/babylon/test_compat_imports.py keeps the list.
 """
 
-from .legacy import (
-    ANALYSIS_TERMS,
-    BEARISH_WORDS,
-    BULLISH_WORDS,
-    CONCLUSION_MARKERS,
-    DECISION_TERMS,
-    MARKET_TERMS,
-    REQUIRED_ACTION_FIELDS,
-    RISK_TERMS,
-    TICK_QUALITY_WEIGHTS,
-    VALID_ACTION_TYPES,
-    WAIT_WORDS,
-    DifficultyTick,
-    FormatReport,
-    LengthPenalties,
-    QualityScore,
-    TrajectoryDifficulty,
-    archetype_quality_bonus,
-    assess_trajectory_difficulty,
-    calculate_detailed_tick_quality,
-    calculate_tick_quality_score,
-    calculate_trajectory_quality_score,
-    check_reasoning_action_alignment,
-    check_reasoning_coherence,
-    combined_format_score,
-    execution_score,
-    extract_action_json,
-    length_penalties,
-    quality_total,
-    score_action_json,
-    score_length,
-    score_reasoning_quality,
-    score_response,
-    validate_response_format,
-    validate_think_tags,
-    validate_xml_structure,
-)
 from .rules import JudgeVerdict, RuleJudge
 
-__all__ = [
-    "ANALYSIS_TERMS",
-    "BEARISH_WORDS",
-    "BULLISH_WORDS",
-    "CONCLUSION_MARKERS",
-    "DECISION_TERMS",
-    "MARKET_TERMS",
-    "REQUIRED_ACTION_FIELDS",
-    "RISK_TERMS",
-    "TICK_QUALITY_WEIGHTS",
-    "VALID_ACTION_TYPES",
-    "WAIT_WORDS",
-    "DifficultyTick",
-    "FormatReport",
-    "JudgeVerdict",
-    "LengthPenalties",
-    "QualityScore",
-    "RuleJudge",
-    "TrajectoryDifficulty",
-    "archetype_quality_bonus",
-    "assess_trajectory_difficulty",
-    "calculate_detailed_tick_quality",
-    "calculate_tick_quality_score",
-    "calculate_trajectory_quality_score",
-    "check_reasoning_action_alignment",
-    "check_reasoning_coherence",
-    "combined_format_score",
-    "execution_score",
-    "extract_action_json",
-    "length_penalties",
-    "quality_total",
-    "score_action_json",
-    "score_length",
-    "score_reasoning_quality",
-    "score_response",
-    "validate_response_format",
-    "validate_think_tags",
-    "validate_xml_structure",
-]
+__all__ = ["JudgeVerdict", "RuleJudge"]
+
+
+def __getattr__(name: str) -> object:
+    """The original's heuristics this package exported before the port moved (PEP 562): the same objects."""
+    if name == "legacy":  # the submodule, imported on first use (a `from . import` here would recurse)
+        import importlib
+
+        return importlib.import_module(f"{__name__}.legacy")
+    from ..babylon import quality
+
+    if name in quality.__all__:
+        return getattr(quality, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

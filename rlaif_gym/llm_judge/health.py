@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..rewards.original import relative_scores
+from ..rewards import relative_scores
 from ..trajectory import Trajectory
 from .judge import JudgeBatch
 

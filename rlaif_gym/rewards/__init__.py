@@ -1,56 +1,36 @@
 """Reward components and the composite reward: raw named components, weighted in exactly one place.
 
 `RewardFunction` (composite.py) is what every env's `step` calls: the default `skill` scheme, whose
-return ranks traders, or the `original` scheme that reproduces Babylon's numbers.
+return ranks traders, or the `original` scheme that reproduces Babylon's numbers. The components
+are in components.py, the archetype weights, behaviour score and rubrics the envs and the LLM judge
+read in archetypes.py, and the one Bradley–Terry fit in bradley_terry.py. `__all__` lists what the
+design uses.
 
-Also the original system's reward helpers (`original`: primitive rewards, the composite, ranking
-helpers, the normalizer) and its archetype machinery (`archetypes`: weights, behaviour bonuses,
-priority metrics, rubrics), with the original's defects fixed (docs/babylon.md ("The original's defects")).
+The original system's reward helpers (primitive rewards, the composite, the ranking helpers, the
+normalizer) moved to the compatibility package `rlaif_gym.babylon` (docs/babylon.md ("The original's
+reward formulas")). Code written against this package still imports them from here, and the
+original's archetype names (the bonus tiers, the archetype composite, the priority metrics) too:
+`__getattr__` below hands out the very same objects, without listing them in `__all__` or `dir()`.
+tests/babylon/test_compat_imports.py keeps the list of every name importable from here.
 """
 
+from ..babylon.rewards import relative_scores
+from . import archetypes
 from .archetypes import (
     APPROXIMATED_METRICS,
-    ARCHETYPE_REWARD_WEIGHTS,
-    ARCHETYPE_RISK_PENALTY_MULTIPLIER,
     ARCHETYPES,
-    BEHAVIOR_BONUS_LIMIT,
-    BONUS_EXCELLENT,
-    BONUS_EXCEPTIONAL,
-    BONUS_FAIR,
-    BONUS_GOOD,
-    BONUS_MINIMAL,
-    BONUS_MINOR,
-    BONUS_MODERATE,
-    BONUS_OUTSTANDING,
-    BONUS_SLIGHT,
-    BONUS_STRONG,
-    BONUS_TINY,
     DEFAULT_ARCHETYPE,
-    DEFAULT_METRIC_RANGE,
-    LOSS_DAMPING,
-    METRIC_RANGES,
-    ORIGINAL_METRIC_NAMES,
-    PENALTY_CRITICAL,
-    PENALTY_MODERATE,
-    PENALTY_SEVERE,
-    RUBRICS_RESOURCE,
     UNAVAILABLE_METRIC_VALUES,
     BehaviorMetrics,
     RubricsError,
     RubricSet,
-    archetype_composite_reward,
     archetype_weights,
     behavior_score,
-    calculate_archetype_behavior_bonus,
-    canonical_metric_name,
-    get_priority_metrics,
-    get_rubric,
     load_rubrics,
     metric_range,
-    metric_value,
     normalize_archetype,
-    priority_weighted_score,
 )
+from .bradley_terry import bradley_terry_scores
 from .components import (
     BANKRUPTCY_PENALTY,
     format_penalty,
@@ -68,104 +48,47 @@ from .composite import (
     combine_components,
     resolve_weights,
 )
-from .original import (
-    BANKRUPTCY_REWARD,
-    DEFAULT_LEGACY_WEIGHTS,
-    PNL_SCALE,
-    RISK_EXPOSURE_THRESHOLD,
-    RISK_PENALTY,
-    RISKY_ACTION_TOKENS,
-    RewardNormalizer,
-    TrajectoryRewardInputs,
-    action_quality_reward,
-    bradley_terry_scores,
-    calculate_pnl_reward,
-    calculate_risk_reward,
-    clip,
-    composite_reward,
-    efficiency_reward,
-    is_bankrupt,
-    pairwise_preferences_to_scores,
-    pnl_reward,
-    ranking_to_scores,
-    relative_scores,
-    risk_adjusted_reward,
-)
 
 __all__ = [
     "APPROXIMATED_METRICS",
     "ARCHETYPES",
-    "ARCHETYPE_REWARD_WEIGHTS",
-    "ARCHETYPE_RISK_PENALTY_MULTIPLIER",
     "BANKRUPTCY_PENALTY",
-    "BANKRUPTCY_REWARD",
-    "BEHAVIOR_BONUS_LIMIT",
-    "BONUS_EXCELLENT",
-    "BONUS_EXCEPTIONAL",
-    "BONUS_FAIR",
-    "BONUS_GOOD",
-    "BONUS_MINIMAL",
-    "BONUS_MINOR",
-    "BONUS_MODERATE",
-    "BONUS_OUTSTANDING",
-    "BONUS_SLIGHT",
-    "BONUS_STRONG",
-    "BONUS_TINY",
     "COMPONENT_NAMES",
     "DEFAULT_ARCHETYPE",
-    "DEFAULT_LEGACY_WEIGHTS",
-    "DEFAULT_METRIC_RANGE",
     "DEFAULT_WEIGHTS",
-    "LOSS_DAMPING",
-    "METRIC_RANGES",
-    "ORIGINAL_METRIC_NAMES",
-    "PENALTY_CRITICAL",
-    "PENALTY_MODERATE",
-    "PENALTY_SEVERE",
-    "PNL_SCALE",
     "REWARD_SCHEMES",
-    "RISKY_ACTION_TOKENS",
-    "RISK_EXPOSURE_THRESHOLD",
-    "RISK_PENALTY",
-    "RUBRICS_RESOURCE",
     "SCHEME_DEFAULTS",
     "UNAVAILABLE_METRIC_VALUES",
     "BehaviorMetrics",
     "RewardFunction",
-    "RewardNormalizer",
     "RubricSet",
     "RubricsError",
-    "TrajectoryRewardInputs",
-    "action_quality_reward",
-    "archetype_composite_reward",
     "archetype_weights",
     "behavior_score",
     "bradley_terry_scores",
-    "calculate_archetype_behavior_bonus",
-    "calculate_pnl_reward",
-    "calculate_risk_reward",
-    "canonical_metric_name",
-    "clip",
     "combine_components",
-    "composite_reward",
-    "efficiency_reward",
     "format_penalty",
-    "get_priority_metrics",
-    "get_rubric",
-    "is_bankrupt",
     "load_rubrics",
     "metric_range",
-    "metric_value",
     "normalize_archetype",
-    "pairwise_preferences_to_scores",
     "pnl_component",
-    "pnl_reward",
-    "priority_weighted_score",
     "proportional_risk_component",
-    "ranking_to_scores",
     "relative_scores",
     "resolve_weights",
-    "risk_adjusted_reward",
     "risk_component",
     "trading_component",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The original's names this package exported before the port moved (PEP 562): the same objects."""
+    if name == "original":  # the submodule, imported on first use (a `from . import` here would recurse)
+        import importlib
+
+        return importlib.import_module(f"{__name__}.original")
+    from ..babylon import rewards as port
+
+    for module in (port, archetypes):
+        if name in module.__all__:
+            return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,15 +30,15 @@ import functools
 import json
 import math
 import numbers
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import RLAIFError
-from .original import (
+from ..babylon.rewards import (
     BANKRUPTCY_REWARD,
     TrajectoryRewardInputs,
     _effective_end,
@@ -47,6 +47,7 @@ from .original import (
     clip,
     is_bankrupt,
 )
+from ..errors import RLAIFError
 
 __all__ = [
     "APPROXIMATED_METRICS",
@@ -279,286 +280,162 @@ BEHAVIOR_BONUS_LIMIT = 0.5
 """The bonus is clamped to [-BEHAVIOR_BONUS_LIMIT, +BEHAVIOR_BONUS_LIMIT]."""
 
 
-def _degen(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.trades_executed >= 20:
-        b += BONUS_EXCELLENT
-    elif m.trades_executed >= 10:
-        b += BONUS_GOOD
-    elif m.trades_executed >= 5:
-        b += BONUS_SLIGHT
-    elif m.trades_executed < 2:
-        b += PENALTY_SEVERE
-    if m.pnl_variance > 500:
-        b += BONUS_GOOD
-    elif m.pnl_variance > 100:
-        b += BONUS_SLIGHT
-    if m.avg_position_size > 500:
-        b += BONUS_MODERATE
-    elif m.avg_position_size > 200:
-        b += BONUS_MINOR
-    if abs(m.largest_win) > 100 or abs(m.largest_loss) > 100:
-        b += BONUS_MINOR
-    return b
-
-
-def _social_butterfly(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.unique_users_interacted >= 15:
-        b += BONUS_EXCELLENT
-    elif m.unique_users_interacted >= 8:
-        b += BONUS_FAIR
-    elif m.unique_users_interacted >= 3:
-        b += BONUS_MINIMAL
-    elif m.unique_users_interacted < 2:
-        b += PENALTY_SEVERE
-    if m.group_chats_joined >= 5:
-        b += BONUS_GOOD
-    elif m.group_chats_joined >= 2:
-        b += BONUS_SLIGHT
-    if m.dms_initiated >= 10:
-        b += BONUS_MODERATE
-    elif m.dms_initiated >= 3:
-        b += BONUS_MINOR
-    posts_and_comments = m.posts_created + m.comments_made
-    if posts_and_comments >= 10:
-        b += BONUS_SLIGHT
-    elif posts_and_comments >= 3:
-        b += BONUS_TINY
-    if m.social_to_trade_ratio < 0.5 and m.trades_executed > 5:
-        b += PENALTY_MODERATE
-    return b
-
-
-def _scammer(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.unique_users_interacted >= 5:
-        b += BONUS_MODERATE
-    elif m.unique_users_interacted < 2:
-        b += PENALTY_CRITICAL
-    if m.dms_initiated >= 5:
-        b += BONUS_MODERATE
-    elif m.dms_initiated >= 2:
-        b += BONUS_MINOR
-    b += BONUS_GOOD if m.total_pnl > 0 else PENALTY_SEVERE
-    if m.reputation_delta > 0:
-        b += BONUS_MODERATE
-    elif m.reputation_delta < -20:
-        b += PENALTY_MODERATE
-    return b
-
-
-def _trader(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.win_rate >= 0.60:
-        b += BONUS_GOOD
-    elif m.win_rate >= 0.50:
-        b += BONUS_SLIGHT
-    elif m.win_rate < 0.40 and m.trades_executed >= 5:
-        b += PENALTY_MODERATE
-    if m.markets_traded >= 4:
-        b += BONUS_MODERATE
-    elif m.markets_traded >= 2:
-        b += BONUS_MINOR
-    if m.social_to_trade_ratio > 1:
-        b += PENALTY_MODERATE
-    if m.trades_executed >= 5:
-        b += BONUS_MINOR
-    return b
-
-
-def _researcher(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.research_actions >= 10:
-        b += BONUS_EXCELLENT
-    elif m.research_actions >= 5:
-        b += BONUS_FAIR
-    elif m.research_actions >= 2:
-        b += BONUS_MINIMAL
-    elif m.research_actions == 0:
-        b += PENALTY_SEVERE
-    if m.prediction_accuracy >= 0.7:
-        b += BONUS_EXCELLENT
-    elif m.prediction_accuracy >= 0.5:
-        b += BONUS_MODERATE
-    if m.win_rate >= 0.60 and m.trades_executed <= 10:
-        b += BONUS_MODERATE
-    return b
-
-
-def _information_trader(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if 0.5 <= m.social_to_trade_ratio <= 1.5:
-        b += BONUS_GOOD
-    elif m.social_to_trade_ratio > 3 or (m.social_to_trade_ratio < 0.2 and m.trades_executed > 3):
-        b += PENALTY_MODERATE
-    if m.group_chats_joined >= 3:
-        b += BONUS_MODERATE
-    if m.dms_initiated >= 3:
-        b += BONUS_SLIGHT
-    if m.info_requests_sent >= 3:
-        b += BONUS_SLIGHT
-    if m.total_pnl > 0:
-        b += BONUS_MODERATE
-    return b
-
-
-def _goody_twoshoes(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.reputation_delta >= 30:
-        b += BONUS_OUTSTANDING
-    elif m.reputation_delta >= 10:
-        b += BONUS_GOOD
-    elif m.reputation_delta >= 0:
-        b += BONUS_MINOR
-    else:
-        b += PENALTY_SEVERE
-    if m.info_shared >= 5:
-        b += BONUS_FAIR
-    elif m.info_shared >= 2:
-        b += BONUS_MINIMAL
-    if m.positive_reactions >= 10:
-        b += BONUS_MODERATE
-    elif m.positive_reactions >= 3:
-        b += BONUS_MINOR
-    if m.followers_gained >= 5:
-        b += BONUS_SLIGHT
-    return b
-
-
-def _ass_kisser(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.reputation_delta >= 50:
-        b += BONUS_EXCEPTIONAL
-    elif m.reputation_delta >= 20:
-        b += BONUS_EXCELLENT
-    elif m.reputation_delta >= 5:
-        b += BONUS_MODERATE
-    elif m.reputation_delta < 0:
-        b += PENALTY_CRITICAL
-    if m.followers_gained >= 10:
-        b += BONUS_GOOD
-    elif m.followers_gained >= 3:
-        b += BONUS_SLIGHT
-    if m.comments_made >= 10:
-        b += BONUS_SLIGHT
-    elif m.comments_made >= 5:
-        b += BONUS_TINY
-    if m.dms_initiated >= 5:
-        b += BONUS_MINOR
-    return b
-
-
-def _perps_trader(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.win_rate >= 0.55:
-        b += BONUS_GOOD
-    elif m.win_rate < 0.40 and m.trades_executed >= 5:
-        b += PENALTY_SEVERE
-    if m.trades_executed >= 10:
-        b += BONUS_MODERATE
-    elif m.trades_executed >= 5:
-        b += BONUS_MINOR
-    elif m.trades_executed < 2:
-        b += PENALTY_MODERATE
-    if m.pnl_variance > 1000:
-        b += PENALTY_MODERATE
-    if m.total_pnl > 0:
-        b += BONUS_MODERATE
-    elif m.total_pnl < -200:
-        b += PENALTY_SEVERE
-    return b
-
-
-def _super_predictor(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.prediction_accuracy >= 0.75:
-        b += BONUS_EXCEPTIONAL
-    elif m.prediction_accuracy >= 0.60:
-        b += BONUS_STRONG
-    elif m.prediction_accuracy >= 0.50:
-        b += BONUS_SLIGHT
-    elif m.predictions_made >= 5 and m.prediction_accuracy < 0.45:
-        b += PENALTY_CRITICAL
-    if m.research_actions >= 3:
-        b += BONUS_SLIGHT
-    if m.predictions_made >= 5:
-        b += BONUS_SLIGHT
-    elif m.predictions_made == 0:
-        b += PENALTY_SEVERE
-    if m.total_pnl > 0 and m.prediction_accuracy >= 0.55:
-        b += BONUS_SLIGHT
-    return b
-
-
-def _infosec(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.info_shared <= 1:
-        b += BONUS_GOOD
-    elif m.info_shared >= 5:
-        b += PENALTY_MODERATE
-    if m.largest_loss > -50:
-        b += BONUS_GOOD
-    elif m.largest_loss < -200:
-        b += PENALTY_SEVERE
-    if m.research_actions >= 3:
-        b += BONUS_MODERATE
-    if m.pnl_variance < 100:
-        b += BONUS_MODERATE
-    if m.dms_initiated < 3:
-        b += BONUS_MINOR
-    return b
-
-
-def _liar(m: BehaviorMetrics) -> float:
-    b = 0.0
-    if m.information_spread >= 10:
-        b += BONUS_EXCELLENT
-    elif m.information_spread >= 3:
-        b += BONUS_MODERATE
-    if m.unique_users_interacted >= 8:
-        b += BONUS_FAIR
-    elif m.unique_users_interacted >= 3:
-        b += BONUS_MINIMAL
-    elif m.unique_users_interacted < 2:
-        b += PENALTY_SEVERE
-    if m.reputation_delta >= 0:
-        b += BONUS_GOOD
-    elif m.reputation_delta < -20:
-        b += PENALTY_SEVERE
-    if m.posts_created >= 5:
-        b += BONUS_SLIGHT
-    elif m.posts_created >= 2:
-        b += BONUS_TINY
-    return b
-
-
-_BONUS_RULES = MappingProxyType(
+# The original's rule table, one row per archetype. A row is a sequence of rules; a rule is its tiers,
+# tried top-down as the original's if/elif: the first tier whose condition holds contributes its bonus,
+# and the contributions of a row's rules add up, in table order. A condition is ``metric op threshold``,
+# several joined by `` and ``, or ``else`` (always holds); a metric is a `BehaviorMetrics` field or one
+# of `_DERIVED_METRICS`. A rule with an ``or`` is two tiers with the same bonus.
+_BONUS_RULES: Mapping[str, tuple[tuple[tuple[str, float], ...], ...]] = MappingProxyType(
     {
-        "degen": _degen,
-        "social-butterfly": _social_butterfly,
-        "scammer": _scammer,
-        "trader": _trader,
-        "researcher": _researcher,
-        "information-trader": _information_trader,
-        "goody-twoshoes": _goody_twoshoes,
-        "ass-kisser": _ass_kisser,
-        "perps-trader": _perps_trader,
-        "super-predictor": _super_predictor,
-        "infosec": _infosec,
-        "liar": _liar,
+        "degen": (
+            (("trades_executed >= 20", BONUS_EXCELLENT), ("trades_executed >= 10", BONUS_GOOD),
+             ("trades_executed >= 5", BONUS_SLIGHT), ("trades_executed < 2", PENALTY_SEVERE)),
+            (("pnl_variance > 500", BONUS_GOOD), ("pnl_variance > 100", BONUS_SLIGHT)),
+            (("avg_position_size > 500", BONUS_MODERATE), ("avg_position_size > 200", BONUS_MINOR)),
+            (("abs_largest_win > 100", BONUS_MINOR), ("abs_largest_loss > 100", BONUS_MINOR)),
+        ),
+        "social-butterfly": (
+            (("unique_users_interacted >= 15", BONUS_EXCELLENT), ("unique_users_interacted >= 8", BONUS_FAIR),
+             ("unique_users_interacted >= 3", BONUS_MINIMAL), ("unique_users_interacted < 2", PENALTY_SEVERE)),
+            (("group_chats_joined >= 5", BONUS_GOOD), ("group_chats_joined >= 2", BONUS_SLIGHT)),
+            (("dms_initiated >= 10", BONUS_MODERATE), ("dms_initiated >= 3", BONUS_MINOR)),
+            (("posts_and_comments >= 10", BONUS_SLIGHT), ("posts_and_comments >= 3", BONUS_TINY)),
+            (("social_to_trade_ratio < 0.5 and trades_executed > 5", PENALTY_MODERATE),),
+        ),
+        "scammer": (
+            (("unique_users_interacted >= 5", BONUS_MODERATE), ("unique_users_interacted < 2", PENALTY_CRITICAL)),
+            (("dms_initiated >= 5", BONUS_MODERATE), ("dms_initiated >= 2", BONUS_MINOR)),
+            (("total_pnl > 0", BONUS_GOOD), ("else", PENALTY_SEVERE)),
+            (("reputation_delta > 0", BONUS_MODERATE), ("reputation_delta < -20", PENALTY_MODERATE)),
+        ),
+        "trader": (
+            (("win_rate >= 0.60", BONUS_GOOD), ("win_rate >= 0.50", BONUS_SLIGHT),
+             ("win_rate < 0.40 and trades_executed >= 5", PENALTY_MODERATE)),
+            (("markets_traded >= 4", BONUS_MODERATE), ("markets_traded >= 2", BONUS_MINOR)),
+            (("social_to_trade_ratio > 1", PENALTY_MODERATE),),
+            (("trades_executed >= 5", BONUS_MINOR),),
+        ),
+        "researcher": (
+            (("research_actions >= 10", BONUS_EXCELLENT), ("research_actions >= 5", BONUS_FAIR),
+             ("research_actions >= 2", BONUS_MINIMAL), ("research_actions == 0", PENALTY_SEVERE)),
+            (("prediction_accuracy >= 0.7", BONUS_EXCELLENT), ("prediction_accuracy >= 0.5", BONUS_MODERATE)),
+            (("win_rate >= 0.60 and trades_executed <= 10", BONUS_MODERATE),),
+        ),
+        "information-trader": (
+            (("social_to_trade_ratio >= 0.5 and social_to_trade_ratio <= 1.5", BONUS_GOOD),
+             ("social_to_trade_ratio > 3", PENALTY_MODERATE),
+             ("social_to_trade_ratio < 0.2 and trades_executed > 3", PENALTY_MODERATE)),
+            (("group_chats_joined >= 3", BONUS_MODERATE),),
+            (("dms_initiated >= 3", BONUS_SLIGHT),),
+            (("info_requests_sent >= 3", BONUS_SLIGHT),),
+            (("total_pnl > 0", BONUS_MODERATE),),
+        ),
+        "goody-twoshoes": (
+            (("reputation_delta >= 30", BONUS_OUTSTANDING), ("reputation_delta >= 10", BONUS_GOOD),
+             ("reputation_delta >= 0", BONUS_MINOR), ("else", PENALTY_SEVERE)),
+            (("info_shared >= 5", BONUS_FAIR), ("info_shared >= 2", BONUS_MINIMAL)),
+            (("positive_reactions >= 10", BONUS_MODERATE), ("positive_reactions >= 3", BONUS_MINOR)),
+            (("followers_gained >= 5", BONUS_SLIGHT),),
+        ),
+        "ass-kisser": (
+            (("reputation_delta >= 50", BONUS_EXCEPTIONAL), ("reputation_delta >= 20", BONUS_EXCELLENT),
+             ("reputation_delta >= 5", BONUS_MODERATE), ("reputation_delta < 0", PENALTY_CRITICAL)),
+            (("followers_gained >= 10", BONUS_GOOD), ("followers_gained >= 3", BONUS_SLIGHT)),
+            (("comments_made >= 10", BONUS_SLIGHT), ("comments_made >= 5", BONUS_TINY)),
+            (("dms_initiated >= 5", BONUS_MINOR),),
+        ),
+        "perps-trader": (
+            (("win_rate >= 0.55", BONUS_GOOD), ("win_rate < 0.40 and trades_executed >= 5", PENALTY_SEVERE)),
+            (("trades_executed >= 10", BONUS_MODERATE), ("trades_executed >= 5", BONUS_MINOR),
+             ("trades_executed < 2", PENALTY_MODERATE)),
+            (("pnl_variance > 1000", PENALTY_MODERATE),),
+            (("total_pnl > 0", BONUS_MODERATE), ("total_pnl < -200", PENALTY_SEVERE)),
+        ),
+        "super-predictor": (
+            (("prediction_accuracy >= 0.75", BONUS_EXCEPTIONAL), ("prediction_accuracy >= 0.60", BONUS_STRONG),
+             ("prediction_accuracy >= 0.50", BONUS_SLIGHT),
+             ("predictions_made >= 5 and prediction_accuracy < 0.45", PENALTY_CRITICAL)),
+            (("research_actions >= 3", BONUS_SLIGHT),),
+            (("predictions_made >= 5", BONUS_SLIGHT), ("predictions_made == 0", PENALTY_SEVERE)),
+            (("total_pnl > 0 and prediction_accuracy >= 0.55", BONUS_SLIGHT),),
+        ),
+        "infosec": (
+            (("info_shared <= 1", BONUS_GOOD), ("info_shared >= 5", PENALTY_MODERATE)),
+            (("largest_loss > -50", BONUS_GOOD), ("largest_loss < -200", PENALTY_SEVERE)),
+            (("research_actions >= 3", BONUS_MODERATE),),
+            (("pnl_variance < 100", BONUS_MODERATE),),
+            (("dms_initiated < 3", BONUS_MINOR),),
+        ),
+        "liar": (
+            (("information_spread >= 10", BONUS_EXCELLENT), ("information_spread >= 3", BONUS_MODERATE)),
+            (("unique_users_interacted >= 8", BONUS_FAIR), ("unique_users_interacted >= 3", BONUS_MINIMAL),
+             ("unique_users_interacted < 2", PENALTY_SEVERE)),
+            (("reputation_delta >= 0", BONUS_GOOD), ("reputation_delta < -20", PENALTY_SEVERE)),
+            (("posts_created >= 5", BONUS_SLIGHT), ("posts_created >= 2", BONUS_TINY)),
+        ),
     }
+)
+
+_DERIVED_METRICS: Mapping[str, Callable[[BehaviorMetrics], float]] = MappingProxyType(
+    {
+        "posts_and_comments": lambda m: m.posts_created + m.comments_made,
+        "abs_largest_win": lambda m: abs(m.largest_win),
+        "abs_largest_loss": lambda m: abs(m.largest_loss),
+    }
+)
+"""The metrics of the bonus table that are not `BehaviorMetrics` fields, computed from the fields."""
+
+_COMPARISONS: Mapping[str, Callable[[Any, Any], bool]] = MappingProxyType(
+    {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
+)
+
+_Test = tuple[Callable[[BehaviorMetrics], Any], Callable[[Any, Any], bool], float]
+_Tier = tuple[tuple[_Test, ...], float]
+
+
+def _compile_tier(condition: str, bonus: float) -> _Tier:
+    """A table tier as (tests, bonus): each test a (metric getter, comparison, threshold); none for ``else``."""
+    tests: list[_Test] = []
+    for clause in () if condition == "else" else condition.split(" and "):
+        metric, op, threshold = clause.split()
+        if metric in _DERIVED_METRICS:
+            getter = _DERIVED_METRICS[metric]
+        elif metric in _BEHAVIOR_FIELDS:
+            getter = operator.attrgetter(metric)
+        else:  # pragma: no cover - import-time consistency check
+            raise ValueError(f"bonus rule {condition!r}: unknown metric {metric!r}")
+        tests.append((getter, _COMPARISONS[op], float(threshold) if "." in threshold else int(threshold)))
+    return tuple(tests), bonus
+
+
+_COMPILED_BONUS_RULES: Mapping[str, tuple[tuple[_Tier, ...], ...]] = MappingProxyType(
+    {name: tuple(tuple(_compile_tier(cond, bonus) for cond, bonus in rule) for rule in rules)
+     for name, rules in _BONUS_RULES.items()}
 )
 if set(_BONUS_RULES) != set(ARCHETYPES):  # pragma: no cover - import-time consistency check
     raise ValueError("every named archetype needs a behaviour-bonus rule")
 
 
+def _table_bonus(rules: tuple[tuple[_Tier, ...], ...], m: BehaviorMetrics) -> float:
+    """The unclamped bonus of one archetype's compiled rules: per rule, the first tier that holds."""
+    b = 0.0
+    for tiers in rules:
+        for tests, bonus in tiers:
+            for metric, compare, threshold in tests:
+                if not compare(metric(m), threshold):
+                    break
+            else:  # every test held (an ``else`` tier has none)
+                b += bonus
+                break
+    return b
+
+
 def calculate_archetype_behavior_bonus(archetype: str | None, metrics: BehaviorMetrics) -> float:
     """Bonus for behaving like the archetype, from the original's rule table, clamped to [-0.5, 0.5].
 
-    Each archetype has a few rules; within a rule the tiers are tried top-down (if/elif) and the
-    first that matches contributes; the rules' contributions add up. "default" and unknown
-    archetypes get 0.
+    Each archetype has a few rules (`_BONUS_RULES`); within a rule the tiers are tried top-down
+    (if/elif) and the first that matches contributes; the rules' contributions add up. "default" and
+    unknown archetypes get 0.
 
     Args:
         archetype: archetype name (normalised with ``normalize_archetype``).
@@ -567,10 +444,10 @@ def calculate_archetype_behavior_bonus(archetype: str | None, metrics: BehaviorM
     Returns:
         The bonus, in [-0.5, 0.5] (unitless).
     """
-    rule = _BONUS_RULES.get(normalize_archetype(archetype))
-    if rule is None:
+    rules = _COMPILED_BONUS_RULES.get(normalize_archetype(archetype))
+    if rules is None:
         return 0.0
-    return clip(rule(metrics), -BEHAVIOR_BONUS_LIMIT, BEHAVIOR_BONUS_LIMIT)
+    return clip(_table_bonus(rules, metrics), -BEHAVIOR_BONUS_LIMIT, BEHAVIOR_BONUS_LIMIT)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ The log-posterior below is strictly concave in theta, so it has exactly one maxi
 Newton's method with a backtracking line search, which converges in a handful of steps. Zermelo's
 (1929) and Hunter's (2004) MM iteration, ``p_i <- W_i / Σ_j n_ij / (p_i + p_j)``, has the same
 fixed point, but it needs thousands of sweeps when the comparison graph is a long chain.
-(``W_i`` is the wins of i and ``n_ij = W[i,j] + W[j,i]``.) `rewards.bradley_terry_scores` (the
+(``W_i`` is the wins of i and ``n_ij = W[i,j] + W[j,i]``.) `bradley_terry_scores` below (the
 original's ``(winner, loser)`` interface) and the LLM judge's pairwise mode both use this fit.
 
 Regularisation (documented prior). The plain MLE does not exist when an item never loses (or never
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BradleyTerryFit", "fit_bradley_terry", "outcomes_to_wins"]
+__all__ = ["BradleyTerryFit", "bradley_terry_scores", "fit_bradley_terry", "outcomes_to_wins"]
 
 
 @dataclass(frozen=True)
@@ -175,3 +175,55 @@ def fit_bradley_terry(wins: np.ndarray, prior: float = 0.5, max_iter: int = 100,
     centred = theta - theta.mean()
     return BradleyTerryFit(centred, 1.0 / (1.0 + np.exp(-centred)), iterations, converged, _components(games),
                            compared)
+
+
+def bradley_terry_scores(
+    n: int,
+    preferences: Iterable[tuple[int, int]],
+    iters: int = 10_000,
+    tol: float = 1e-10,
+    prior: float = 0.5,
+) -> list[float]:
+    """Maximum-a-posteriori Bradley–Terry fit of pairwise preferences, as win probabilities in (0, 1).
+
+    Model: ``P(i beats j) = p_i / (p_i + p_j)``, fitted by `fit_bradley_terry`
+    (Newton's method on the log-posterior). To keep items with no losses (or no wins) finite, each
+    item also plays ``prior`` virtual wins and ``prior`` virtual losses against a reference item of
+    fixed strength 1: a small symmetric prior that pulls toward "average" and makes the fit unique
+    even when the comparison graph is disconnected.
+
+    Unlike a win rate this accounts for opponent strength: beating a strong item raises a score more
+    than beating a weak one.
+
+    Args:
+        n: number of items.
+        preferences: ``(winner, loser)`` index pairs; repeats count as repeated comparisons.
+        iters: maximum Newton iterations (a handful suffice).
+        tol: stop when no log-strength changes by more than this between iterations.
+        prior: virtual wins and losses per item against the reference (> 0; smaller is closer to
+            the unregularised MLE).
+
+    Returns:
+        For each item, the fitted probability that it beats an item of the group's geometric-mean
+        strength: ``sigmoid(log p_i - mean_j log p_j)``. These are probabilities, not min-max
+        normalised strengths: 0.5 is average, and the order is the order of the strengths. All 0.5
+        when ``n < 2`` or there are no preferences.
+
+    Raises:
+        ValueError: an index is out of range, an item is compared with itself, or ``prior ≤ 0``.
+    """
+    if prior <= 0 or not math.isfinite(prior):
+        raise ValueError(f"bradley_terry_scores(): prior must be a finite number > 0, got {prior!r}")
+    prefs = list(preferences)
+    if n < 2 or not prefs:
+        return [0.5] * max(n, 0)
+    for winner, loser in prefs:
+        if not (0 <= winner < n and 0 <= loser < n):
+            raise ValueError(
+                f"bradley_terry_scores(): pair {(winner, loser)!r} has an index outside 0..{n - 1}"
+            )
+        if winner == loser:
+            raise ValueError(f"bradley_terry_scores(): item {winner} is compared with itself")
+    wins = outcomes_to_wins(n, ((win, lose, 1.0) for win, lose in prefs))
+    fit = fit_bradley_terry(wins, prior=prior, max_iter=iters, tol=tol)
+    return [float(p) for p in fit.probability]

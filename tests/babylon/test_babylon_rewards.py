@@ -1,4 +1,4 @@
-"""Tests of `rlaif_gym.rewards.original`: every formula pinned on hand-worked examples.
+"""Tests of `rlaif_gym.babylon.rewards` (and `rewards.bradley_terry_scores`): every formula pinned by hand.
 
 The formulas: docs/babylon.md ("The original's reward formulas", "The original's ranking helpers").
 Each expected value is computed by hand in a comment next to the assertion. The fixes of the
@@ -16,12 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlaif_gym.rewards import (
+from rlaif_gym.babylon.rewards import (
     BANKRUPTCY_REWARD,
     RewardNormalizer,
     TrajectoryRewardInputs,
     action_quality_reward,
-    bradley_terry_scores,
     calculate_pnl_reward,
     calculate_risk_reward,
     clip,
@@ -34,6 +33,7 @@ from rlaif_gym.rewards import (
     relative_scores,
     risk_adjusted_reward,
 )
+from rlaif_gym.rewards import bradley_terry_scores
 
 I = TrajectoryRewardInputs  # noqa: E741  (short alias for readability of the worked examples)
 

@@ -1,4 +1,4 @@
-"""The original's quality heuristics, pinned by hand-computed examples.
+"""The original's quality heuristics (`rlaif_gym.babylon.quality`), pinned by hand-computed examples.
 
 The heuristics: docs/babylon.md ("The original's quality heuristics").
 
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlaif_gym import judge
-from rlaif_gym.judge import legacy
-from rlaif_gym.judge.legacy import (
+from rlaif_gym import babylon
+from rlaif_gym.babylon import quality
+from rlaif_gym.babylon.quality import (
     REQUIRED_ACTION_FIELDS,
     TICK_QUALITY_WEIGHTS,
     VALID_ACTION_TYPES,
@@ -61,10 +61,10 @@ def think(n: int, char: str = "a") -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_package_reexports_every_public_name_of_legacy():
-    assert set(legacy.__all__) <= set(judge.__all__)
-    for name in legacy.__all__:
-        assert getattr(judge, name) is getattr(legacy, name)
+def test_package_reexports_every_public_name_of_quality():
+    assert set(quality.__all__) <= set(babylon.__all__)
+    for name in quality.__all__:
+        assert getattr(babylon, name) is getattr(quality, name)
 
 
 def test_action_vocabulary_matches_spec_2_2():
@@ -81,12 +81,12 @@ def test_action_vocabulary_matches_spec_2_2():
 
 @pytest.mark.parametrize(
     "terms",
-    [legacy.BULLISH_WORDS, legacy.BEARISH_WORDS, legacy.WAIT_WORDS, legacy.CONCLUSION_MARKERS,
-     legacy.ANALYSIS_TERMS, legacy.DECISION_TERMS, legacy.RISK_TERMS, legacy.MARKET_TERMS],
+    [quality.BULLISH_WORDS, quality.BEARISH_WORDS, quality.WAIT_WORDS, quality.CONCLUSION_MARKERS,
+     quality.ANALYSIS_TERMS, quality.DECISION_TERMS, quality.RISK_TERMS, quality.MARKET_TERMS],
     ids=["bullish", "bearish", "wait", "conclusion", "analysis", "decision", "risk", "market"],
 )
 def test_no_two_terms_of_a_list_share_a_word(terms):
-    # legacy counts terms with one alternation per list; that equals a search per term only when
+    # quality counts terms with one alternation per list; that equals a search per term only when
     # no match can hide another, i.e. when no two terms share a word.
     words = [{re.sub(r"\W", "", w) for w in term.split()} for term in terms]
     for i, a in enumerate(words):
@@ -95,17 +95,17 @@ def test_no_two_terms_of_a_list_share_a_word(terms):
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.sampled_from([*legacy.ANALYSIS_TERMS, *legacy.DECISION_TERMS, *legacy.WAIT_WORDS,
+@given(st.lists(st.sampled_from([*quality.ANALYSIS_TERMS, *quality.DECISION_TERMS, *quality.WAIT_WORDS,
                                  "x", " ", "\n", "s", ":", "-"]), max_size=20).map("".join))
 def test_one_pass_term_count_equals_a_search_per_term(text):
     pairs = [
-        (legacy.ANALYSIS_TERMS, legacy._ANALYSIS),
-        (legacy.DECISION_TERMS, legacy._DECISION),
-        (legacy.WAIT_WORDS, legacy._WAIT),
-        (legacy.CONCLUSION_MARKERS, legacy._CONCLUSION),
+        (quality.ANALYSIS_TERMS, quality._ANALYSIS),
+        (quality.DECISION_TERMS, quality._DECISION),
+        (quality.WAIT_WORDS, quality._WAIT),
+        (quality.CONCLUSION_MARKERS, quality._CONCLUSION),
     ]
     for terms, compiled in pairs:
-        per_term = sum(1 for t in terms if re.search(legacy._term_pattern(t), text))
+        per_term = sum(1 for t in terms if re.search(quality._term_pattern(t), text))
         assert compiled.count(text) == per_term
 
 
@@ -354,7 +354,7 @@ def test_trajectory_quality_is_the_mean_tick_quality():
 
 
 def test_difficulty_of_empty_and_plain_trajectories():
-    assert assess_trajectory_difficulty([]) == legacy.TrajectoryDifficulty("easy", 0.0, ("Empty trajectory",))
+    assert assess_trajectory_difficulty([]) == quality.TrajectoryDifficulty("easy", 0.0, ("Empty trajectory",))
     plain = assess_trajectory_difficulty([DifficultyTick("wait")] * 5)
     assert (plain.level, plain.score, plain.reasons) == ("easy", 0.0, ("Standard complexity",))
 
@@ -464,7 +464,7 @@ def test_reasoning_quality_terms():
     text = "Price and volume trend up because risk is low: 1, 2 and 3% on BTC market"
     assert score_reasoning_quality(text) == approx(0.85)
     # all 16 analysis terms: min(.3, .48) = .3; "risk" is also a risk term +.2; "market" +.15 -> 0.65
-    assert score_reasoning_quality(" ".join(legacy.ANALYSIS_TERMS)) == approx(0.65)
+    assert score_reasoning_quality(" ".join(quality.ANALYSIS_TERMS)) == approx(0.65)
     assert score_reasoning_quality("price 5") == approx(0.13)  # .03 + .1 (one number)
     assert score_reasoning_quality("based on the data") == approx(0.2)  # phrase decision term
 
@@ -651,14 +651,14 @@ _TAGGY = st.lists(
 @given(_TAGGY)
 def test_think_scan_equals_the_original_findall(text):
     original = "\n".join(re.findall(r"<think>(.*?)</think>", text, re.IGNORECASE | re.DOTALL))
-    assert legacy._parse_think(text).content == original
+    assert quality._parse_think(text).content == original
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.text() | _TAGGY)
 def test_structure_regex_equals_the_original(text):
     original = re.search(r"(\d+[\.\):]|\-|\*|\•)", text)
-    assert bool(legacy._STRUCTURE.search(text)) == bool(original)
+    assert bool(quality._STRUCTURE.search(text)) == bool(original)
 
 
 # ---------------------------------------------------------------------------------------------
