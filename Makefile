@@ -2,14 +2,21 @@
 #   make demo   -> local venv + the light dependencies the demo uses ([cli,plots]), then a real rollout on the
 #                  embedded defaults (no server) and its report
 #   make test   -> local venv + every dependency (CPU torch for SB3, Ray, llama.cpp), then the whole test suite
+# and, for a contributor's inner loop (not CI's command):
+#   make test-quick -> the light extras (no torch, no llama.cpp build) and the unit tests of the world, faces,
+#                      reward, judge, collector, storage and reports (QUICK_TESTS), minutes instead of the suite's ~40
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
+QUICK_STAMP := $(VENV)/.quick-installed
+QUICK_TESTS := tests/sim tests/encoding tests/envs tests/rewards tests/judge tests/rollout tests/storage \
+	tests/metrics tests/report tests/babylon tests/test_bad_input.py tests/test_cli_errors.py tests/test_layering.py \
+	tests/test_docs_links.py tests/test_ruff.py
 
-.PHONY: demo demo-llm numeric-demo test venv baselines ranking clean
+.PHONY: demo demo-llm numeric-demo test test-quick venv baselines ranking clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +60,15 @@ numeric-demo: $(DEMO_STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The inner loop's install: the core, pytest and the light extras its tests use; tests of a missing extra skip.
+$(QUICK_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,cli,openai,plots,parquet]"
+	touch $(QUICK_STAMP)
+
+test-quick: $(QUICK_STAMP)
+	$(PY) -m pytest -q -m "not slow and not real_llm" $(QUICK_TESTS)
 
 baselines: $(STAMP)
 	$(PY) examples/baselines.py --seeds 200

@@ -10,13 +10,12 @@ plain `env_config` dict that `RLAIFEnvConfig` validates (a misspelled key fails 
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 import time
 from dataclasses import dataclass
 
 import ray
+import tyro
 from ray.rllib.algorithms.ppo import PPOConfig
 
 from rlaif_gym.integrations import rllib
@@ -24,7 +23,7 @@ from rlaif_gym.integrations import rllib
 
 @dataclass
 class Args:
-    """Command-line arguments (each field is a `--flag`; underscores become dashes)."""
+    """Command-line arguments (each field is a `--flag`, underscores as dashes; `--help` shows these docstrings)."""
 
     iterations: int = 5
     """PPO training iterations."""
@@ -55,14 +54,8 @@ class Args:
 
 
 def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in dataclasses.fields(Args):
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(f.default, bool):
-            parser.add_argument(flag, action="store_true", default=f.default)
-        else:
-            parser.add_argument(flag, type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
+    """The command line as `Args` (tyro: each field a `--flag`, its docstring the help, with its default)."""
+    return tyro.cli(Args, description=__doc__.splitlines()[0])
 
 
 def main() -> None:

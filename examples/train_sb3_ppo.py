@@ -19,8 +19,6 @@ resets to.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import itertools
 import json
 import math
@@ -28,8 +26,10 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
+import tyro
 from stable_baselines3 import PPO
 from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecMonitor
@@ -51,9 +51,9 @@ from rlaif_gym.integrations.sb3 import (
 
 @dataclass
 class Args:
-    """Command-line arguments (each field is a `--flag`; underscores become dashes)."""
+    """Command-line arguments (each field is a `--flag`, underscores as dashes; `--help` shows these docstrings)."""
 
-    preset: str = "default"
+    preset: Literal["default", "easy"] = "default"
     """World: "default" (plain `RLAIFEnvConfig()`, no overrides: each step's reward is the PnL change over starting
     cash, unclipped, so the return telescopes to final PnL / starting cash, plus a small risk penalty) or "easy"
     (`EASY_CONFIG` of rlaif_gym.integrations.sb3)."""
@@ -81,7 +81,7 @@ class Args:
     """Entropy bonus."""
     net_arch: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the policy and value MLPs."""
-    actions: str = "compact"
+    actions: Literal["compact", "all", "joint", "multidiscrete"] = "compact"
     """Action set: "compact" (Discrete over COMPACT_ACTIONS: 5%-of-equity buys, sell-all, no perps), "all"
     (Discrete over every distinct action), "joint" (the env's own MultiDiscrete([6, T, 5, 2]) with
     JointActionPolicy: what to do, then a size per kind) or "multidiscrete" (the env's own space with SB3's four
@@ -105,18 +105,8 @@ class Args:
 
 
 def parse_args() -> Args:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in dataclasses.fields(Args):
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        kind = type(default)
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(default, list):
-            parser.add_argument(flag, type=int, nargs="+", default=default)
-        elif isinstance(default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        else:
-            parser.add_argument(flag, type=kind, default=default)
-    return Args(**vars(parser.parse_args()))
+    """The command line as `Args` (tyro: each field a `--flag`, its docstring the help, with its default)."""
+    return tyro.cli(Args, description=__doc__.splitlines()[0])
 
 
 def main() -> None:

@@ -14,12 +14,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import re
 import sys
+import time
 from collections import Counter
 from enum import Enum
 from pathlib import Path
@@ -284,6 +286,7 @@ def _summary_table(summary, out: Path | None):
         ("completed", d["completed"]), ("bankrupt", d["bankrupt"]), ("failed", d["failed"]),
         ("ticks", d["steps"]), ("LLM calls", d["llm_calls"]), ("failed calls", d["failed_calls"]),
         ("ticks / s", f"{d['ticks_per_s']:.1f}"), ("wall time (s)", f"{d['wall_s']:.1f}"),
+        ("start-up before the first tick (s)", f"{d['startup_s']:.1f}"),
         ("mean episode return", f"{d['mean_return']:+.3f}"), ("mean final PnL (USD)", f"{d['mean_final_pnl']:+,.2f}"),
         ("quality: valid / checked", f"{d['quality'].get('valid', 0)} / {d['quality'].get('trajectories', 0)}"),
         ("quality: mean score", f"{d['quality'].get('mean_quality', 0.0):.3f}"),
@@ -293,6 +296,21 @@ def _summary_table(summary, out: Path | None):
     for name, value in rows:
         table.add_row(name, _outside(value))
     return table
+
+
+@contextlib.contextmanager
+def _stage(console, text: str):
+    """Say what a long step of a command is doing while it runs (a spinner on a terminal, a line elsewhere),
+    then how long it took, so minutes of work (a first run compiles the kernels) never look like a hang."""
+    started = time.perf_counter()
+    if console.is_terminal:
+        with console.status(_outside(text) + " ..."):
+            yield
+    else:
+        console.print(_outside(text) + " ...", highlight=False, soft_wrap=True)
+        yield
+    console.print(_outside(f"{text}: done in {time.perf_counter() - started:.1f} s"), highlight=False,
+                  soft_wrap=True)
 
 
 def _build_app():
@@ -534,7 +552,8 @@ def _build_app():
         names = [d.resolve().name or str(d) for d in dirs]
         if len(dirs) == 2:
             names = [f"A: {names[0]}", f"B: {names[1]}"]
-        loaded = [load_run(d) for d in dirs]
+        with _stage(console, f"reading {' and '.join(str(d) for d in dirs)}"):
+            loaded = [load_run(d) for d in dirs]
         if out is not None:
             target = out
         elif compare is None:
@@ -552,8 +571,10 @@ def _build_app():
                 plots_missing = exc
             else:  # an --out that cannot be written fails now, not after the analysis and the table
                 target.mkdir(parents=True, exist_ok=True)
-        runs = [analyze_run(trajs, name=n, directory=d, baselines=baselines)
-                for trajs, d, n in zip(loaded, dirs, names, strict=True)]
+        what = "replaying the trajectories" + (" and playing the baselines on their seeds" if baselines else "")
+        with _stage(console, f"{what} ({sum(map(len, loaded))} trajectories)"):
+            runs = [analyze_run(trajs, name=n, directory=d, baselines=baselines)
+                    for trajs, d, n in zip(loaded, dirs, names, strict=True)]
         for d, r in zip(dirs, runs, strict=True):
             console.print(_outside(f"{r.name}: {d} ({len(r.trajectories)} trajectories)"), highlight=False,
                           soft_wrap=True)
@@ -601,7 +622,8 @@ def _build_app():
             console.print(f"[yellow]no plots or report.html[/yellow]: {_outside(str(plots_missing))}", highlight=False,
                           soft_wrap=True)
             return
-        files = write_report(runs, target)
+        with _stage(console, f"drawing the plots and report.html in {target}"):
+            files = write_report(runs, target)
         console.print(_outside(f"wrote {len(files.plots)} plots, {files.html.name} and {files.metrics.name} to "
                              f"{files.directory} (open {files.html})"), highlight=False, soft_wrap=True)
 

@@ -48,7 +48,7 @@ from ..config import RLAIFEnvConfig
 from ..envs.decisions import WAIT_REPLY, decision_points
 from ..envs.inputs import check_seed
 from ..envs.rlaif_env import EnvSnapshot
-from ..envs.text_env import RLAIFTextEnv
+from ..envs.text_env import RLAIFTextEnv, warm_up
 from ..errors import ConfigError, DependencyNotInstalled, install_hint
 from ..llm import ScriptedLLM
 from ..llm_judge import load_template, parse_absolute, render_messages, trajectory_data
@@ -206,9 +206,13 @@ class RLAIFTaskset(vf.Taskset[RLAIFTask, RLAIFTasksetConfig]):
     """Seeds and fork points of `RLAIF-Text-v0` as verifiers tasks (see `RLAIFTasksetConfig`)."""
 
     def load(self) -> list[RLAIFTask]:
-        """One task per seed (after `fork_at` scripted ticks), then one per explicit fork."""
+        """One task per seed (after `fork_at` scripted ticks), then one per explicit fork.
+
+        It plays one tick first (`warm_up`), so the compiled kernels are loaded (or compiled, on a machine's
+        first run) before verifiers starts a rollout and its timeouts."""
         cfg = self.config
         overrides = cfg.config.model_dump(mode="json", exclude_defaults=True)
+        warm_up(overrides)
         seeds = cfg.seeds if cfg.seeds is not None else [cfg.seed + i for i in range(cfg.num_tasks)]
         if cfg.decision_points:
             found = decision_points(seeds, cfg.config, resolves_within=cfg.resolves_within,

@@ -47,6 +47,7 @@ from .._version import __version__ as _pkg_version
 from ..agents.llm import LLMAgent
 from ..config import RLAIFEnvConfig
 from ..envs.decisions import DecisionPoint
+from ..envs.text_env import warm_up
 from ..errors import ConfigError
 from ..llm import LLMError
 from ..trajectory import (
@@ -131,6 +132,10 @@ class CollectionSummary:
     llm_calls: int = 0
     failed_calls: int = 0
     wall_s: float = 0.0
+    """Seconds from the first episode's start to the last one's end (the start-up is `startup_s`)."""
+    startup_s: float = 0.0
+    """Seconds spent before the clock of `wall_s` started: one warm-up tick that loads the compiled kernels
+    from their cache (about a second), or compiles them on a machine's first run (minutes on 2 cores)."""
     mean_return: float = 0.0
     mean_final_pnl: float = 0.0
     quality: dict = field(default_factory=dict)
@@ -151,7 +156,7 @@ class CollectionSummary:
 
     @property
     def ticks_per_s(self) -> float:
-        """Environment ticks (with their LLM calls) per wall-clock second."""
+        """Environment ticks (with their LLM calls) per wall-clock second, start-up (`startup_s`) excluded."""
         return self.steps / self.wall_s if self.wall_s > 0 else 0.0
 
     def to_dict(self) -> dict:
@@ -395,6 +400,10 @@ class RolloutCollector:
         else:  # each group's trunk once (none from a decision point), then its branches from the fork tick
             planned_ticks = sum((0 if g.start is not None else g.fork_tick)
                                 + len(g.members) * (_branch_limit(g, limit) - g.fork_tick) for g in units)
+        if todo and self.backend is None:  # a Ray actor loads the kernels in its own process
+            # The kernels load (or compile, once per machine) here, before the clock of wall_s, ticks/s and
+            # the progress display's ETA starts, so those figures measure the collection, not the start-up.
+            summary.startup_s = warm_up(self.config)
         display = ProgressDisplay(progress_mode(self.progress), len(todo), planned_ticks)
         start = time.perf_counter()
 

@@ -505,3 +505,6 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
             assert all(math.isfinite(v) for v in metrics.values())
     assert results["peak_rss_gb"] > 0 and results["total_s"] > 0
     assert "| on held-out decision points |" in proc.stdout and "gain over after SFT, paired" in proc.stdout
+    # It says what it shows, before it starts and under its tables: the wiring, not learning.
+    note = "--smoke checks the wiring, not learning"
+    assert proc.stdout.count(note) == 2 and proc.stdout.rindex(note) > proc.stdout.rindex("gain over after SFT")

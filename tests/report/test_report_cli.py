@@ -25,6 +25,10 @@ def test_report_prints_the_table_and_writes_the_files(scripted_run, tmp_path, ca
         assert label in text, f"the terminal table lacks {label!r}"
     assert fmt_number(metrics.mean_pnl, "usd") in text
     assert "report.html" in text
+    # Each long step says what it does, then how long it took (a first run compiles kernels in it: minutes).
+    for stage in ("reading ", "replaying the trajectories and playing the baselines on their seeds",
+                  "drawing the plots and report.html"):
+        assert stage in text and text.index(stage) < text.index("done in", text.index(stage)), stage
     for name in ("report.html", "metrics.json", "equity.png", "components.png", "component_distributions.png",
                  "reward_vs_pnl.png", "judge_vs_pnl.png", "latency.png"):
         assert (out / name).stat().st_size > 1000, name
