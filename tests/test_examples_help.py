@@ -61,3 +61,15 @@ def test_a_choice_outside_its_set_is_refused_with_the_choices():
                           capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 2
     assert "default" in proc.stderr and "easy" in proc.stderr and "hard" in proc.stderr
+
+
+def test_the_decision_levers_script_prints_both_held_out_tables():
+    """examples/decision_levers.py (docs/trl.md's lever table) at CI size: every row on both held-out sets."""
+    if importlib.util.find_spec("tyro") is None:
+        pytest.skip("examples/decision_levers.py needs tyro (the sb3, rllib or trl extra)")
+    proc = subprocess.run([sys.executable, "examples/decision_levers.py", "--seeds", "8"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("| reply | gain over waiting |") == 2
+    for row in ("teacher", "x0.25", "x0.5", "x2", "cap 100 USD", "other side", "truth's side"):
+        assert proc.stdout.count(f"| {row} |") == 2, row
