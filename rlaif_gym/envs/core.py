@@ -15,11 +15,11 @@ from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
 from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded
-from ..rewards.archetypes import normalize_archetype
 from ..rewards.composite import RewardFunction
+from .glue import check_archetype, fill_info
 
 __all__ = ["CoreStep", "RLAIFCore", "check_numeric_action", "check_numeric_actions", "check_reset_options",
-           "fill_info", "integral_array",
+           "fill_info", "integral_array",  # fill_info: defined in envs.glue, kept here for its importers
            "world_params"]
 
 
@@ -103,19 +103,6 @@ def integral_array(values: object) -> np.ndarray | None:
         return None
 
 
-def fill_info(out: sim.StepOutcome, world: int) -> dict[str, float | int]:
-    """`info["fill"]` of world `world`: what its action filled and what the tick settled, in USD and shares.
-
-    The one definition for every numeric env (the single env, the SB3 VecEnv, the multi-agent env): `shares`
-    and `usd` filled by the action (USD paid for a buy, received for a sell, margin posted or returned for a
-    perp), its `fee` in USD, the `payout` of resolved markets in USD, and counts of `markets_resolved` and
-    `positions_liquidated` this tick.
-    """
-    return {"shares": float(out.filled_shares[world]), "usd": float(out.filled_usd[world]),
-            "fee": float(out.fee[world]), "payout": float(out.payout[world]),
-            "markets_resolved": int(out.resolved[world]), "positions_liquidated": int(out.liquidated[world])}
-
-
 def world_params(config: RLAIFEnvConfig) -> sim.WorldParams:
     """The sim parameters named in the config (same names, same meaning)."""
     return sim.WorldParams(**{name: getattr(config, name) for name in sim.WorldParams.field_names()})
@@ -156,10 +143,7 @@ class RLAIFCore:
         self.layout = feature_layout(self.params)
         self.nvec = action_nvec(self.params)
         self.num_worlds = num_worlds
-        try:
-            self.archetype = None if config.archetype is None else normalize_archetype(config.archetype, strict=True)
-        except ValueError as exc:
-            raise ConfigError(f"archetype: {exc}") from None
+        self.archetype = check_archetype(config.archetype)
         self.reward_fn = RewardFunction.from_config(config, self.archetype)
         self.weights = self.reward_fn.weights
         self._sim_step, self._encode = _select_backend(config.backend)

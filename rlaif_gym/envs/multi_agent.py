@@ -25,15 +25,14 @@ from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
 from ..encoding.prompt import PROMPT_CHARSET, render_prompt, system_prompt
-from ..encoding.reply import parse_reply
 from ..encoding.view import build_view
 from ..errors import ConfigError, InvalidActionError, ResetNeeded
 from ..judge.rules import RuleJudge
-from ..rewards.archetypes import normalize_archetype
 from ..rewards.composite import RewardFunction
 from ..sim.multi import Accounts, agent_order, step_agents
 from .behavior import BehaviorTracker
-from .core import check_numeric_action, fill_info, world_params
+from .core import check_numeric_action, world_params
+from .glue import check_archetype, check_reply, decode_reply, step_feedback, step_info
 from .text_env import MAX_PROMPT_CHARS, MAX_REPLY_SAMPLE_CHARS, describe_outcome
 
 __all__ = ["RLAIFMultiAgentEnv"]
@@ -74,11 +73,7 @@ class RLAIFMultiAgentEnv:
         if not 1 <= int(num_agents) <= 64:
             raise ConfigError(f"num_agents must be in [1, 64], got {num_agents!r}")
         self.config = RLAIFEnvConfig.from_any(config, **overrides)
-        try:
-            archetype = None if self.config.archetype is None else normalize_archetype(self.config.archetype,
-                                                                                         strict=True)
-        except ValueError as exc:
-            raise ConfigError(f"archetype: {exc}") from None
+        archetype = check_archetype(self.config.archetype)
         if self.config.backend == "numba":
             raise ConfigError("the multi-agent env runs on the numpy engine (sim.multi loads each agent's account in "
                               "turn); use backend='numpy' or 'auto'")
@@ -199,24 +194,13 @@ class RLAIFMultiAgentEnv:
             bankrupt = bool(out.bankrupt[0])
             rewards[agent] = float(self.reward_fn.combine(components, out.bankrupt)[0])
             terms[agent], truncs[agent] = bankrupt, truncated and not bankrupt
-            ok = bool(out.success[0])
             p = parsed.get(agent)
-            if self.face == "text" and agent in parsed and p.action is None:
-                error = "; ".join(p.errors)
-            else:
-                error = None if ok else sim.error_message(out.error[0], out.error_a[0], out.error_b[0])
-            feedback = {"success": ok, "error": error}
             line = None
             if self.face == "text":
                 line = describe_outcome(p.action, p, out) if p is not None else "You waited (no action was sent)."
             obs[agent] = self._observe(agent, line)
-            info = {
-                "reward_components": {k: float(v[0]) for k, v in components.items()},
-                "pnl_delta": float(out.pnl_delta[0]), "equity": float(out.equity_after[0]),
-                "cash": float(self.world.cash[0]), "feedback": feedback, "tick": int(self.world.tick[0]),
-                "order": int(position[i]), "fill": fill_info(out, 0),
-                "filled_shares": float(out.filled_shares[0]), "filled_usd": float(out.filled_usd[0]),
-            }
+            info = step_info(components, out, self.world, step_feedback(out, 0, p))
+            info.update(order=int(position[i]), filled_shares=info["fill"]["shares"], filled_usd=info["fill"]["usd"])
             if self.face == "text" and p is not None:
                 info.update(parsed_action=p.action.to_dict() if p.action else None, format_errors=list(p.errors),
                             reasoning=p.reasoning, judge=verdicts[agent].details)
@@ -279,15 +263,9 @@ class RLAIFMultiAgentEnv:
     def _decode(self, agent: str, action: Any):
         """(ActionBatch, parsed reply or None, judge verdict or None) for one agent's action; its account is loaded."""
         if self.face == "text":
-            if not isinstance(action, str):
-                raise InvalidActionError(f"{agent}: the text face's action is the reply string, got "
-                                         f"{type(action).__name__}")
-            parsed = parse_reply(action)
-            if parsed.action is not None:
-                row = sim.resolve_action(self.world, self.params, 0, parsed.action)
-            else:
-                row = (sim.ActionType.WAIT, 0, 0, 0.0, 1.0, sim.ErrorCode.INVALID_REPLY, 0.0, 0.0)
+            parsed, row = decode_reply(check_reply(action, f"{agent}: the text face's action"), self.world,
+                                       self.params)
             verdict = self.judge.score(parsed, self._views[agent], self._prompts[agent])
-            return sim.ActionBatch.from_actions([parsed.action], lambda b, a: row), parsed, verdict
+            return sim.ActionBatch.from_rows([row]), parsed, verdict
         ints = check_numeric_action(action, self.nvec, f"{agent}: ")  # the single env's check, shared
         return decode_actions(ints[None, :], self.world, self.params, self.config.numeric_perp_leverage), None, None

@@ -19,8 +19,9 @@ from ..encoding import mask as _mask
 from ..errors import ConfigError, InvalidActionError, ResetNeeded
 from ..rewards.composite import RewardFunction
 from .behavior import BatchBehavior
-from .core import CoreStep, RLAIFCore, check_numeric_action, check_reset_options, fill_info
+from .core import CoreStep, RLAIFCore, check_numeric_action, check_reset_options
 from .dashboard import render_ansi, render_chart
+from .glue import feedback_of, step_feedback, step_info
 
 __all__ = ["EnvSnapshot", "RLAIFEnv"]
 
@@ -240,12 +241,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         act = self._validated(action)
         batch = decode_actions(act[None, :], self._core.state, self.params, self.config.numeric_perp_leverage)
         res = self._transition(batch)
-        out = res.outcome
-        ok = bool(out.success[0])
-        self._feedback = {
-            "success": ok,
-            "error": None if ok else sim.error_message(out.error[0], out.error_a[0], out.error_b[0]),
-        }
+        self._feedback = step_feedback(res.outcome)
         return (
             res.observation[0],
             float(res.reward[0]),
@@ -272,8 +268,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         tick = int(core.state.tick[0])
         truncated = tick >= self.params.num_ticks and not bankrupt
         self._done = bankrupt or truncated
-        self._feedback = {"success": success,
-                          "error": None if success else sim.error_message(error, e_a, e_b)}
+        self._feedback = feedback_of(success, error, e_a, e_b)
         self._record_history()
         info = {
             "reward_components": {"pnl": pnl, "risk": risk},
@@ -314,16 +309,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         return res
 
     def _info(self, res: CoreStep) -> dict[str, Any]:
-        out = res.outcome
-        return {
-            "reward_components": {name: float(v[0]) for name, v in res.components.items()},
-            "pnl_delta": float(out.pnl_delta[0]),
-            "equity": float(out.equity_after[0]),
-            "cash": float(self._core.state.cash[0]),
-            "feedback": self._feedback,
-            "tick": int(self._core.state.tick[0]),
-            "fill": fill_info(out, 0),
-        }
+        return step_info(res.components, res.outcome, self._core.state, self._feedback)
 
     def render(self):
         """`ansi`: a text dashboard; `rgb_array`: a chart of market prices and equity."""

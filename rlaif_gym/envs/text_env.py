@@ -12,10 +12,11 @@ from gymnasium import spaces
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding.prompt import PROMPT_CHARSET, render_prompt, system_prompt
-from ..encoding.reply import ParsedReply, parse_reply
+from ..encoding.reply import ParsedReply
 from ..encoding.view import TickView, build_view
-from ..errors import InvalidActionError, ResetNeeded
+from ..errors import ResetNeeded
 from ..judge.rules import RuleJudge
+from .glue import check_reply, decode_reply, step_feedback
 from .rlaif_env import RLAIFEnv
 
 __all__ = ["MAX_PROMPT_CHARS", "MAX_REPLY_SAMPLE_CHARS", "RLAIFTextEnv", "describe_outcome", "warm_up"]
@@ -147,25 +148,14 @@ class RLAIFTextEnv(RLAIFEnv):
     def step(self, action):
         """Parse the reply, execute its action, advance the world, and score the transition."""
         self._check_running()
-        if not isinstance(action, str):
-            raise InvalidActionError(f"the text env's action is the reply string, got {type(action).__name__}")
-        parsed = parse_reply(action)
         state = self._core.state
-        if parsed.action is not None:
-            row = sim.resolve_action(state, self.params, 0, parsed.action)
-        else:
-            row = (sim.ActionType.WAIT, 0, 0, 0.0, 1.0, sim.ErrorCode.INVALID_REPLY, 0.0, 0.0)
-        batch = sim.ActionBatch.from_actions([parsed.action], lambda b, a: row)
+        parsed, row = decode_reply(check_reply(action), state, self.params)
         verdict = self.judge.score(parsed, self._view, self._prompt)
-        res = self._transition(batch, (np.array([verdict.format]), np.array([verdict.reasoning])))
+        res = self._transition(sim.ActionBatch.from_rows([row]),
+                               (np.array([verdict.format]), np.array([verdict.reasoning])))
         self._numeric = res.observation[0]
         out = res.outcome
-        ok = bool(out.success[0])
-        if parsed.action is None:
-            error = "; ".join(parsed.errors)
-        else:
-            error = None if ok else sim.error_message(out.error[0], out.error_a[0], out.error_b[0])
-        self._feedback = {"success": ok, "error": error}
+        self._feedback = step_feedback(out, 0, parsed)
         self._view = build_view(state, self.params, 0)
         self._prompt = render_prompt(self._view, describe_outcome(parsed.action, parsed, out))
         info = {

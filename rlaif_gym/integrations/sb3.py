@@ -39,7 +39,8 @@ from ..config import RLAIFEnvConfig
 from ..encoding import mask as _mask
 from ..envs import EpisodeStats, RLAIFCore, evaluate_policy, world_params
 from ..envs.behavior import BatchBehavior
-from ..envs.core import check_numeric_actions, check_reset_options, fill_info, integral_array
+from ..envs.core import check_numeric_actions, check_reset_options, integral_array
+from ..envs.glue import step_feedback, step_info
 from ..envs.rlaif_env import RLAIFEnv
 from ..errors import DependencyNotInstalled, InvalidActionError, ResetNeeded, install_hint
 
@@ -457,18 +458,9 @@ class RLAIFSB3VecEnv(VecEnv):
         done = res.terminated | res.truncated
         infos: list[dict[str, Any]] = []
         for i in range(self.num_envs):
-            ok = bool(out.success[i])
-            infos.append({
-                "reward_components": {name: float(v[i]) for name, v in res.components.items()},
-                "pnl_delta": float(out.pnl_delta[i]),
-                "equity": float(out.equity_after[i]),
-                "cash": float(state.cash[i]),
-                "feedback": {"success": ok,
-                             "error": None if ok else sim.error_message(out.error[i], out.error_a[i], out.error_b[i])},
-                "tick": int(state.tick[i]),
-                "fill": fill_info(out, i),
-                "TimeLimit.truncated": bool(res.truncated[i] and not res.terminated[i]),
-            })
+            info = step_info(res.components, out, state, step_feedback(out, i), i)
+            info["TimeLimit.truncated"] = bool(res.truncated[i] and not res.terminated[i])
+            infos.append(info)
         if done.any():
             idx = np.nonzero(done)[0]
             fresh = sim.reset(self.params, self._keys(idx, [None] * len(idx)))

@@ -27,6 +27,7 @@ import numpy as np
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..envs import RLAIFCore, seed_keys
+from ..envs.glue import action_row
 from ..errors import RLAIFError
 from ..metrics import ClosedTrade, EpisodeLedger, Resolution
 from ..trajectory import Trajectory, TrajectoryStep
@@ -150,7 +151,8 @@ class _Book:
         return EpisodeLedger(self.fees, self.traded, self.payouts, tuple(self.trades), len(self.positions),
                              tuple(self.resolutions), np.array(self.prices))
 
-    def book(self, i: int, b: int, row: tuple, before: _Before, out: sim.StepOutcome, after: sim.WorldState) -> None:
+    def book(self, i: int, b: int, row: sim.ResolvedAction, before: _Before, out: sim.StepOutcome,
+             after: sim.WorldState) -> None:
         """Account for step i of world b: check it against the record, then record fees, trades, resolutions."""
         step = self.traj.steps[i]
         tick = int(before.tick[b])
@@ -254,11 +256,6 @@ class _Before:
                    st.pos_entry.copy(), st.perp_price.copy())
 
 
-_WAIT = (sim.ActionType.WAIT, 0, 0, 0.0, 1.0, sim.ErrorCode.OK, 0.0, 0.0)
-_INVALID = (sim.ActionType.WAIT, 0, 0, 0.0, 1.0, sim.ErrorCode.INVALID_REPLY, 0.0, 0.0)
-"""What the text env executes for a reply without an action."""
-
-
 def _replay_batch(cfg: RLAIFEnvConfig, trajs: list[Trajectory]) -> list[_Book]:
     core = RLAIFCore(cfg, num_worlds=len(trajs))
     core.reset(seed_keys([int(t.seed) for t in trajs]))
@@ -267,10 +264,9 @@ def _replay_batch(cfg: RLAIFEnvConfig, trajs: list[Trajectory]) -> list[_Book]:
     for i in range(max(len(t.steps) for t in trajs)):
         st = core.state
         equity = sim.equity(st, params)
-        actions: list[sim.Action | None] = []
-        rows: list[tuple] = []
+        rows: list[sim.ResolvedAction] = []
         for b, book in enumerate(books):
-            action, row = None, _WAIT  # worlds that are done or failed wait; nothing they do is read
+            row = sim.ResolvedAction.wait()  # worlds that are done or failed wait; nothing they do is read
             if book.active(i):
                 step = book.traj.steps[i]
                 try:
@@ -278,14 +274,12 @@ def _replay_batch(cfg: RLAIFEnvConfig, trajs: list[Trajectory]) -> list[_Book]:
                         raise ReplayError(f"replay disagrees with the record at step {i} (tick {int(st.tick[b])}): "
                                           f"equity before the action is {float(equity[b]):.6f} USD, the record says "
                                           f"{step.environment_state.agent_balance:.6f}")
-                    action = _action(step)
-                    row = _INVALID if action is None else sim.resolve_action(st, params, b, action)
+                    row = action_row(st, params, b, _action(step))  # as the text env resolves the reply's action
                 except ReplayError as exc:
-                    book.error, action, row = exc, None, _WAIT
-            actions.append(action)
+                    book.error, row = exc, sim.ResolvedAction.wait()
             rows.append(row)
         before = _Before.of(st)
-        out = core.step_batch(sim.ActionBatch.from_actions(actions, lambda b, a, rows=rows: rows[b])).outcome
+        out = core.step_batch(sim.ActionBatch.from_rows(rows)).outcome
         for b, book in enumerate(books):
             if book.active(i):
                 try:

@@ -3,7 +3,16 @@
 Nothing here imports gymnasium, pydantic or any LLM code (a test walks the imports).
 """
 
-from .actions import ACTION_TYPES, Action, ActionBatch, ActionType, ErrorCode, error_message, normalize_action
+from .actions import (
+    ACTION_TYPES,
+    Action,
+    ActionBatch,
+    ActionType,
+    ErrorCode,
+    ResolvedAction,
+    error_message,
+    normalize_action,
+)
 from .engine import (
     StepOutcome,
     equity,
@@ -46,6 +55,7 @@ __all__ = [
     "ActionType",
     "ErrorCode",
     "NpcBehaviour",
+    "ResolvedAction",
     "StepOutcome",
     "WorldParams",
     "WorldState",

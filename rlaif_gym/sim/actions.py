@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,6 +29,7 @@ __all__ = [
     "ActionBatch",
     "ActionType",
     "ErrorCode",
+    "ResolvedAction",
     "error_message",
     "normalize_action",
 ]
@@ -293,6 +294,34 @@ def normalize_action(data: Mapping[str, Any]) -> Action:
     return Action(type=kind, **values)
 
 
+class ResolvedAction(NamedTuple):
+    """One world's row of an `ActionBatch`: a canonical action with its ids looked up in the state.
+
+    What `engine.resolve_action` returns. It is a tuple, so code that unpacks or indexes the eight fields
+    keeps working; the fields are `ActionBatch`'s of the same names.
+    """
+
+    kind: int
+    target: int
+    side: int
+    amount: float
+    leverage: float
+    pre_error: int
+    pre_a: float
+    pre_b: float
+
+    @classmethod
+    def wait(cls) -> ResolvedAction:
+        """The row of a `wait` (and of no action at all): nothing happens, nothing fails."""
+        return cls(ActionType.WAIT, 0, 0, 0.0, 1.0, ErrorCode.OK, 0.0, 0.0)
+
+    @classmethod
+    def invalid_reply(cls) -> ResolvedAction:
+        """The row of a text-face reply without an executable action: a wait the engine reports as
+        failed with `ErrorCode.INVALID_REPLY` (the reply's format errors say why)."""
+        return cls(ActionType.WAIT, 0, 0, 0.0, 1.0, ErrorCode.INVALID_REPLY, 0.0, 0.0)
+
+
 @dataclass
 class ActionBatch:
     """One action per world, as arrays the engine applies in one vectorised pass.
@@ -334,12 +363,15 @@ class ActionBatch:
 
     @classmethod
     def from_actions(cls, actions: Sequence[Action | None], resolve) -> ActionBatch:
-        """Build a batch from canonical actions; `resolve(world, action)` gives the fields per world.
+        """Build a batch from canonical actions; `resolve(world, action)` gives the `ResolvedAction` per world.
 
-        `resolve` returns (kind, target, side, amount, leverage, pre_error, pre_a, pre_b); see
-        `engine.resolve_action`, which looks ids up in the state.
+        See `engine.resolve_action`, which looks ids up in the state.
         """
-        rows = [resolve(b, a) for b, a in enumerate(actions)]
+        return cls.from_rows([resolve(b, a) for b, a in enumerate(actions)])
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[ResolvedAction]) -> ActionBatch:
+        """Build a batch from one `ResolvedAction` (or 8-tuple in its order) per world."""
         cols = list(zip(*rows, strict=True)) if rows else [()] * 8
         return cls(
             kind=np.asarray(cols[0], np.int64), target=np.asarray(cols[1], np.int64),

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import InvalidActionError
 from . import rng
-from .actions import Action, ActionBatch, ActionType, ErrorCode
+from .actions import Action, ActionBatch, ActionType, ErrorCode, ResolvedAction
 from .params import (
     GROUP_NAMES,
     NEWS_SOURCES,
@@ -836,14 +836,14 @@ def _lookup_name(ref: str, names: list[str], prefix: str) -> int:
     return -1
 
 
-def resolve_action(state: WorldState, params: WorldParams, b: int, action: Action | None):
+def resolve_action(state: WorldState, params: WorldParams, b: int, action: Action | None) -> ResolvedAction:
     """Turn a canonical action for world `b` into an `ActionBatch` row, looking ids up in the state.
 
-    Returns (kind, target, side, amount, leverage, pre_error, pre_a, pre_b); unknown ids become a
-    pre_error so that the engine reports them without changing the state.
+    Returns a `ResolvedAction` (kind, target, side, amount, leverage, pre_error, pre_a, pre_b); unknown ids
+    become a pre_error so that the engine reports them without changing the state. None is a wait.
     """
     if action is None or action.type == "wait":
-        return ActionType.WAIT, 0, 0, 0.0, 1.0, ErrorCode.OK, 0.0, 0.0
+        return ResolvedAction.wait()
     kind = ActionType[action.type.upper()]
     target, side, amount, lev, code = 0, 0, 0.0, 1.0, ErrorCode.OK
     if kind in (ActionType.BUY_PREDICTION, ActionType.SELL_PREDICTION):
@@ -879,4 +879,4 @@ def resolve_action(state: WorldState, params: WorldParams, b: int, action: Actio
                                       "agent")
             if target < 0 and code == ErrorCode.OK:
                 code = ErrorCode.UNKNOWN_RECIPIENT
-    return kind, max(target, 0), side, amount, lev, code, float(target), 0.0
+    return ResolvedAction(kind, max(target, 0), side, amount, lev, code, float(target), 0.0)
