@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import DependencyNotInstalled, install_hint
 from ..trajectory import Trajectory
 
-__all__ = ["TensorBoardLogger", "WandbLogger", "trajectory_metrics"]
+__all__ = ["TensorBoardLogger", "WandbLogger", "metric_loggers", "trajectory_metrics"]
 
 
 def trajectory_metrics(traj: Trajectory) -> dict[str, float]:
@@ -128,3 +128,19 @@ class WandbLogger(_Logger):
 
     def close(self) -> None:
         self.run.finish()
+
+
+def metric_loggers(tensorboard: str | os.PathLike[str] | None = None, wandb_project: str | None = None, *,
+                   run_name: str = "run", config: Mapping[str, Any] | None = None) -> list[_Logger]:
+    """The loggers `rlaif-gym rollout --tensorboard DIR --wandb-project NAME` attaches: none, one or both.
+
+    Built before collecting, so that a missing extra (`[tracking]`, `[wandb]`) fails with
+    DependencyNotInstalled before any episode runs. `run_name` names the W&B run and `config` (the run
+    manifest) is stored with it. Hand them to `rollout.launch.collect_run`, which closes them.
+    """
+    loggers: list[_Logger] = []
+    if tensorboard is not None:
+        loggers.append(TensorBoardLogger(tensorboard))
+    if wandb_project is not None:
+        loggers.append(WandbLogger(wandb_project, name=run_name, config=config))
+    return loggers
