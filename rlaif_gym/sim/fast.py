@@ -39,6 +39,7 @@ import platform
 import sys
 import threading
 import time
+import types
 from dataclasses import fields
 from pathlib import Path
 
@@ -62,7 +63,8 @@ COMPILE_NOTICE_AFTER_S = 2.0
 """Where numba's cache cannot be inspected: a first call still running after this many seconds is compiling."""
 _noticed = False
 _warm = False  # `step` has run its kernel in this process (so it skips `compile_notice`)
-_KERNEL_NAMES = {"rlaif_gym.sim.fast._unpacked_kernel": "world step",
+_KERNEL_NAMES = {"rlaif_gym.sim.fast._unpacked_kernel_calls": "world step",
+                 "rlaif_gym.sim.fast._unpacked_kernel": "world step (inlined, for the fused step)",
                  "rlaif_gym.envs.fused._fused": "fused step (world, reward, observation)",
                  "rlaif_gym.encoding.fast._kernel": "observation encoder"}
 
@@ -186,9 +188,32 @@ def _jit_flat(fn):
     return _njit(fn, _nrt=False) if numba is not None else fn
 
 
+_INLINED: list[str] = []
+"""Names of the `_jit_inline` helpers (see `_rebound`)."""
+
+
 def _jit_inline(fn):
     """A helper inlined into its caller at the numba IR level (no call, no reference counting)."""
+    _INLINED.append(fn.__name__)
     return _njit(fn, inline="always") if numba is not None else fn
+
+
+def _rebound(dispatcher, name: str, helpers: dict):
+    """A second compiled copy of a kernel, named `name`, whose helpers are the dispatchers in `helpers`.
+
+    Why: numba inlines a `_jit_inline` helper by copying it into every call site of its caller's IR, and
+    types the copy again: that is most of the world kernel's compile time (the world step inlines about 100
+    sites), and it makes the numeric face's hot loops fast. The text face steps one world per LLM call, where
+    a real call costs nothing measurable, so it runs a copy of the kernel whose helpers are real calls: the
+    same code, the same arithmetic in the same order (so the same bits; tests/sim/test_fast.py), compiled in
+    about half the time (docs/benchmarks.md ("Time to first step")).
+    """
+    if numba is None:
+        return dispatcher
+    fn = dispatcher.py_func
+    copy = types.FunctionType(fn.__code__, {**fn.__globals__, **helpers}, name, fn.__defaults__, fn.__closure__)
+    copy.__qualname__, copy.__doc__ = name, fn.__doc__  # numba keys its on-disk cache by the qualified name
+    return _njit(copy, _nrt=False)
 
 
 _U64 = np.uint64
@@ -1169,6 +1194,15 @@ def _unpacked_kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_
                    house_cash, fees_collected, sf, si, sb)
 
 
+# The world step with real calls to its helpers (see `_rebound`): what `step` runs (the text face, and the
+# numeric face's unfused paths); the fused numeric step (envs/fused.py) keeps `_unpacked_kernel`, all inlined.
+_CALLED = {name: _rebound(globals()[name], f"{name}_call", {})
+           for name in _INLINED if name not in ("_v1", "_v2", "_v3")}  # views of a buffer stay inlined (no NRT)
+_resolve_and_reopen_calls = _rebound(_resolve_and_reopen, "_resolve_and_reopen_calls", _CALLED)
+_kernel_calls = _rebound(_kernel, "_kernel_calls", {**_CALLED, "_resolve_and_reopen": _resolve_and_reopen_calls})
+_unpacked_kernel_calls = _rebound(_unpacked_kernel, "_unpacked_kernel_calls", {"_kernel": _kernel_calls})
+
+
 @functools.lru_cache(maxsize=32)
 def _param_arrays(params: WorldParams):
     pf = np.array([float(getattr(params, n)) for n in _PF])
@@ -1205,10 +1239,10 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine
             out_f, out_i, out_b, *packed(state), *scratch(pi))
     global _warm
     if _warm:
-        ok = _unpacked_kernel(*args)
+        ok = _unpacked_kernel_calls(*args)
     else:
-        with compile_notice(_unpacked_kernel):
-            ok = _unpacked_kernel(*args)
+        with compile_notice(_unpacked_kernel_calls):
+            ok = _unpacked_kernel_calls(*args)
         _warm = True
     if not ok:
         raise InvalidActionError(f"ActionBatch.kind must hold ActionType codes 0..{_MAX_KIND}, "
