@@ -3,7 +3,7 @@
 `fast.step(state, actions, params)` mutates `state` and returns a `StepOutcome` exactly as
 `engine.step` does; `engine.step` stays the reference. numba is a core dependency; where it cannot be
 installed or imported, `available()` is False and `step` falls back to `engine.step`. Kernels compile
-on first use, once per machine (about a minute on a small machine; `compile_notice` says so), and are
+on first use, once per machine (30-90 s on 2 cores; `compile_notice` says so), and are
 cached in `kernel_cache_dir()`: the user cache (`rlaif_gym.sim.paths.user_cache_dir`, moved with
 ``$RLAIF_GYM_CACHE``) under a digest of every source a kernel freezes at compile time (this package's
 `sim` modules, `encoding/fast.py` and `mask.py`, `envs/fused.py`) and of the numba and Python versions. numba's own
@@ -111,7 +111,8 @@ def compile_notice(dispatcher):
         if not _noticed:
             _noticed = True
             folder = kernel_cache_dir()
-            print(f"rlaif-gym: compiling the world kernels for this machine (once: 1-5 minutes on 2 cores; cached "
+            print(f"rlaif-gym: compiling the world kernels for this machine (once: about 30 s for the text face, "
+                  f"1-2 minutes for the numeric one, on 2 cores; cached "
                   f"afterwards{f' in {folder}' if folder else ''}; backend='numpy' skips it)", file=sys.stderr,
                   flush=True)
 
