@@ -4,7 +4,7 @@
 #   make test   -> local venv + every dependency (CPU torch for SB3, Ray, llama.cpp), then the whole test suite
 # and, for a contributor's inner loop (not CI's command):
 #   make test-quick -> the light extras (no torch, no llama.cpp build) and the unit tests of the world, faces,
-#                      reward, judge, collector, storage and reports (QUICK_TESTS), minutes instead of the suite's ~40
+#                      reward, judge, collector, storage and reports (QUICK_TESTS): about 4 min against the suite's 16
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
