@@ -129,11 +129,20 @@ def collect_run(collector: RolloutCollector, store: JsonlStore, episodes: int, s
     into `group_size` branches (`include_trunk`: each branch also holds the shared trunk). `overwrite`
     first deletes what a previous run wrote there (only that, after checking its run.json); call it only
     once every option is known good. `loggers` (e.g. `integrations.tracking.metric_loggers`) see each
-    finished trajectory and are closed at the end, as is the collector's Ray backend, whatever happens.
+    finished trajectory after the collector's own `on_trajectory` hook, and are closed at the end, as is the
+    collector's Ray backend, whatever happens.
     `parquet` also writes trajectories.parquet from the stored run.
     """
+    previous = collector.on_trajectory  # the caller's own hook runs too, and is back in place afterwards
+
+    def log_all(traj: Any) -> None:
+        if previous is not None:
+            previous(traj)
+        for log in loggers:
+            log(traj)
+
     if loggers:
-        collector.on_trajectory = lambda traj: [log(traj) for log in loggers]
+        collector.on_trajectory = log_all
     if overwrite:
         from ..storage.run_dir import clear_run
 
@@ -145,6 +154,7 @@ def collect_run(collector: RolloutCollector, store: JsonlStore, episodes: int, s
         else:
             summary = collector.collect(episodes, seed, resume=resume, retry_failed=retry_failed)
     finally:
+        collector.on_trajectory = previous
         if collector.backend is not None:
             collector.backend.shutdown()
         for log in loggers:

@@ -206,7 +206,8 @@ def _rebound(dispatcher, name: str, helpers: dict):
     types the copy again: that is most of the world kernel's compile time (the world step inlines about 100
     sites), and it makes the numeric face's hot loops fast. The text face steps one world per LLM call, where
     a real call costs nothing measurable, so it runs a copy of the kernel whose helpers are real calls: the
-    same code, the same arithmetic in the same order (so the same bits; tests/sim/test_fast.py), compiled in
+    same code, the same arithmetic in the same order (so the same bits: tests/envs/test_fused.py compares the
+    two paths step by step), compiled in
     about half the time (docs/benchmarks.md ("Time to first step")).
     """
     if numba is None:

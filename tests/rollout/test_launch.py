@@ -80,3 +80,16 @@ def test_collect_run_closes_loggers_when_collection_fails(tmp_path):
     with pytest.raises(ValueError):
         collect_run(collector, store, 2, seed=0, fork_tick=-1, group_size=1, loggers=[log])
     assert log.closed
+
+
+def test_collect_run_keeps_the_callers_own_hook(tmp_path):
+    """The loggers run after the collector's own `on_trajectory`, which is back in place afterwards."""
+    store, sink = open_sink(tmp_path / "run")
+    seen = []
+    collector = RolloutCollector(make_policy("scripted"), sink=sink, env_config={"num_ticks": 3}, num_envs=2,
+                                 run_name="run", on_trajectory=lambda traj: seen.append(traj.trajectory_id))
+    hook = collector.on_trajectory
+    log = _Log()
+    collect_run(collector, store, 2, seed=0, loggers=[log])
+    assert len(seen) == 2 and log.seen == 2
+    assert collector.on_trajectory is hook
