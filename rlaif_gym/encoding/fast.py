@@ -28,11 +28,16 @@ def available() -> bool:
     return numba is not None
 
 
-def _kernel(start, dur_max, num_ticks, max_lev, fee_rate, min_fee, low, high, tick, cash, realized, pm_yes, pm_no,
-            pm_last, pm_resolve, hold_yes, hold_no, news_acc, post_acc, group_acc, joined, npc_flow, perp_price,
-            perp_prev, perp_ema, perp_funding, perp_news, pos_side, pos_entry, pos_margin, pos_notional, pos_leverage,
-            out, esc):
-    """Write every world's observation row into out (B, D); esc: `scratch` floats."""
+def _kernel(start, dur_max, num_ticks, max_lev, fee_rate, min_fee, low, high, fb, ib, kb, bb, tab, out, esc):
+    """Write every world's observation row into out (B, D); fb, ib, kb, bb, tab: the packed state
+    (`sim.fast.packed`); esc: `scratch` floats."""
+    s = sim_fast._state_views(fb, ib, kb, bb, tab)
+    tick, cash, realized, pm_yes, pm_no = s.tick, s.cash, s.realized_pnl, s.pm_yes, s.pm_no
+    pm_last, pm_resolve, hold_yes, hold_no = s.pm_last_price, s.pm_resolve_tick, s.hold_yes, s.hold_no
+    news_acc, post_acc, group_acc, joined, npc_flow = s.news_acc, s.post_acc, s.group_acc, s.joined, s.pm_npc_flow
+    perp_price, perp_prev, perp_ema, perp_funding = s.perp_price, s.perp_prev_price, s.perp_ema, s.perp_funding
+    perp_news, pos_side, pos_entry, pos_margin = s.perp_news_acc, s.pos_side, s.pos_entry, s.pos_margin
+    pos_notional, pos_leverage = s.pos_notional, s.pos_leverage
     b_count, m_count = pm_yes.shape
     p_count = perp_price.shape[1]
     g_count = joined.shape[1]
@@ -104,10 +109,7 @@ def encode_observations_fast(state: WorldState, params: WorldParams, layout: Fea
     out = np.empty((s.batch_size, len(layout.names)), dtype=np.float32)
     args = (float(params.starting_cash), float(params.market_duration_max), float(params.num_ticks),
             float(params.max_leverage), float(params.fee_rate), float(params.min_fee),
-            layout.low.astype(np.float64), layout.high.astype(np.float64), s.tick, s.cash,
-            s.realized_pnl, s.pm_yes, s.pm_no, s.pm_last_price, s.pm_resolve_tick, s.hold_yes, s.hold_no, s.news_acc,
-            s.post_acc, s.group_acc, s.joined, s.pm_npc_flow, s.perp_price, s.perp_prev_price, s.perp_ema,
-            s.perp_funding, s.perp_news_acc, s.pos_side, s.pos_entry, s.pos_margin, s.pos_notional, s.pos_leverage,
+            layout.low.astype(np.float64), layout.high.astype(np.float64), *sim_fast.packed(s),
             out, scratch(params.num_markets, params.num_perps, out.shape[1]))
     global _warm
     if _warm:

@@ -33,17 +33,11 @@ numba = sim_fast.numba
 
 _BUY, _SELL, _PERP = int(sim.ActionType.BUY_PREDICTION), int(sim.ActionType.SELL_PREDICTION), int(
     sim.ActionType.OPEN_PERP)
-if tuple(int(k) for k in ACTION_KINDS) != tuple(range(len(ACTION_KINDS))):  # pragma: no cover
-    raise ImportError("the fused step assumes numeric action kind i is ActionType code i")
+_KIND_CODES = np.asarray(ACTION_KINDS, dtype=np.int64)
+"""The ActionType code of each numeric action kind (the space's kind i), read by `_fused` from `ic`."""
 
 # Status codes of `_fused`.
 OK, BAD_ACTION, NOT_FINITE = 0, 1, 2
-
-# The WorldState fields `_fused` reads itself (decode, encode); the world kernel unpacks the rest.
-_USED_FIELDS = ("tick", "cash", "realized_pnl", "pm_yes", "pm_no", "pm_last_price", "pm_resolve_tick", "hold_yes",
-                "hold_no", "news_acc", "post_acc", "group_acc", "joined", "pm_npc_flow", "perp_price",
-                "perp_prev_price", "perp_ema", "perp_funding", "perp_news_acc", "pos_side", "pos_entry", "pos_margin",
-                "pos_notional", "pos_leverage")
 
 # Rows of the float outcome array after sim.fast's 11 (`_OF`): the components, then the reward.
 COMPONENTS = ("pnl", "risk")
@@ -55,23 +49,13 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
     """One step of every world; returns a status code (OK, BAD_ACTION, NOT_FINITE).
 
     fc: buy fractions (5), sell fractions (5), perp leverage, the reward's 8 constants, the
-    encoder's 4 and its low and high bounds (D each); ic: the action space's nvec (4), then the
-    state index of each `_USED_FIELDS` entry. isc, fsc: scratch rows of the decoded batch; sf, si, sb:
+    encoder's 4 and its low and high bounds (D each); ic: the action space's nvec (4), then the ActionType
+    code of each numeric kind (`_KIND_CODES`). isc, fsc: scratch rows of the decoded batch; sf, si, sb:
     the world kernel's scratch (`sim.fast.scratch`); esc: the encoder's (`encoding.fast.scratch`), whose
     first max(M, P) floats also serve the decoder.
     """
-    nb = tab[tab.shape[0] - 1, 0]
-    used = ic[4:]
-    v1, v2, v3 = sim_fast._v1, sim_fast._v2, sim_fast._v3
-    tick, cash, realized_pnl = v1(ib, tab, used[0], nb), v1(fb, tab, used[1], nb), v1(fb, tab, used[2], nb)
-    pm_yes, pm_no, pm_last_price = v2(fb, tab, used[3], nb), v2(fb, tab, used[4], nb), v2(fb, tab, used[5], nb)
-    pm_resolve_tick, hold_yes, hold_no = v2(ib, tab, used[6], nb), v2(fb, tab, used[7], nb), v2(fb, tab, used[8], nb)
-    news_acc, post_acc, group_acc = v2(fb, tab, used[9], nb), v2(fb, tab, used[10], nb), v3(fb, tab, used[11], nb)
-    joined, pm_npc_flow, perp_price = v2(bb, tab, used[12], nb), v2(fb, tab, used[13], nb), v2(fb, tab, used[14], nb)
-    perp_prev_price, perp_ema = v2(fb, tab, used[15], nb), v2(fb, tab, used[16], nb)
-    perp_funding, perp_news_acc = v2(fb, tab, used[17], nb), v2(fb, tab, used[18], nb)
-    pos_side, pos_entry, pos_margin = v2(ib, tab, used[19], nb), v2(fb, tab, used[20], nb), v2(fb, tab, used[21], nb)
-    pos_notional, pos_leverage = v2(fb, tab, used[22], nb), v2(fb, tab, used[23], nb)
+    s = sim_fast._state_views(fb, ib, kb, bb, tab)
+    nb = s.tick.shape[0]
     kind, target, side, pre_error = isc[0], isc[1], isc[2], isc[3]
     amount, leverage, pre_a, pre_b = fsc[0], fsc[1], fsc[2], fsc[3]
     buy_fractions, sell_fractions, perp_leverage = fc[0:5], fc[5:10], fc[10]
@@ -82,43 +66,41 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         for j in range(4):
             if acts[b, j] < 0 or acts[b, j] >= ic[j]:
                 return BAD_ACTION
-    m, np_ = pi[0], pi[1]
+    m, np_ = pi[sim_fast._NUM_MARKETS], pi[sim_fast._NUM_PERPS]
     buf = esc[0:max(m, np_)]
     for b in range(nb):
-        k, t, q, s = acts[b, 0], acts[b, 1], acts[b, 2], acts[b, 3]
+        k, t, q, sd = ic[4 + acts[b, 0]], acts[b, 1], acts[b, 2], acts[b, 3]
         kind[b] = k
         target[b] = t
-        side[b] = s
+        side[b] = sd
         leverage[b] = perp_leverage
         pre_error[b] = 0
         pre_a[b] = 0.0
         pre_b[b] = 0.0
         if k == _BUY or k == _PERP:  # noqa: SIM109 (a tuple test costs more in compiled code)
-            margin = buy_fractions[q] * sim_fast._equity(
-                b, m, np_, pf[0], pf[1], cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
-                pos_notional, perp_price, buf)
+            margin = buy_fractions[q] * sim_fast._equity_of(b, s, pf, pi, buf)
             amount[b] = margin if k == _BUY else margin * perp_leverage
         elif k == _SELL:
             slot = min(t, m - 1)
-            held = hold_yes[b, slot] if s == 0 else hold_no[b, slot]
+            held = s.hold_yes[b, slot] if sd == 0 else s.hold_no[b, slot]
             amount[b] = sell_fractions[q] * held
         else:
             amount[b] = 0.0
-    sim_fast._unpacked_kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
-                              out_f, out_i, out_b, fb, ib, kb, bb, tab, sf, si, sb)
+    sim_fast._kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i,
+                     out_b, fb, ib, kb, bb, tab, sf, si, sb)
     # The skill scheme's components (rewards.components.trading_component and
     # proportional_risk_component), then RewardFunction.combine's accumulation.
     start, pnl_scale, max_lev, threshold, penalty, c_pnl, c_risk, bankrupt_penalty = (
         fc[11], fc[12], fc[13], fc[14], fc[15], fc[16], fc[17], fc[18])
     status = OK
     for b in range(nb):
-        bankrupt = out_b[2, b]
-        pnl = pnl_scale * out_f[7, b] / start - bankrupt_penalty * (1.0 if bankrupt else 0.0)
-        lev = out_f[9, b]
-        equity = sim_fast._fmax(out_f[5, b], 1e-9)
-        added_usd = out_f[3, b] * sim_fast._fmax(lev, 1.0)
-        above_usd = sim_fast._fmax(out_f[8, b] - threshold, 0.0) * equity
-        excess_usd = sim_fast._fmin(added_usd, above_usd) if out_b[1, b] else 0.0
+        bankrupt = out_b[sim_fast._BANKRUPT, b]
+        pnl = pnl_scale * out_f[sim_fast._PNL_DELTA, b] / start - bankrupt_penalty * (1.0 if bankrupt else 0.0)
+        lev = out_f[sim_fast._LEVERAGE_REQUESTED, b]
+        equity = sim_fast._fmax(out_f[sim_fast._EQUITY_BEFORE, b], 1e-9)
+        added_usd = out_f[sim_fast._FILLED_USD, b] * sim_fast._fmax(lev, 1.0)
+        above_usd = sim_fast._fmax(out_f[sim_fast._EXPOSURE_RATIO, b] - threshold, 0.0) * equity
+        excess_usd = sim_fast._fmin(added_usd, above_usd) if out_b[sim_fast._ADDED_EXPOSURE, b] else 0.0
         excess_lev = sim_fast._fmax(lev / max_lev - 1.0, 0.0)
         risk = 0.0 - penalty * (excess_usd / start + excess_lev)
         out_f[_PNL_ROW, b] = pnl
@@ -126,10 +108,8 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         if not (sim_fast._isfinite(pnl) and sim_fast._isfinite(risk)):
             status = NOT_FINITE
         out_f[_REWARD_ROW, b] = (0.0 + c_pnl * pnl) + c_risk * risk
-    encoding_fast._kernel(fc[19], fc[20], fc[21], fc[22], pf[0], pf[1], low, high, tick, cash, realized_pnl, pm_yes,
-                          pm_no, pm_last_price, pm_resolve_tick, hold_yes, hold_no, news_acc, post_acc, group_acc,
-                          joined, pm_npc_flow, perp_price, perp_prev_price, perp_ema, perp_funding, perp_news_acc,
-                          pos_side, pos_entry, pos_margin, pos_notional, pos_leverage, obs, esc)
+    encoding_fast._kernel(fc[19], fc[20], fc[21], fc[22], pf[sim_fast._FEE_RATE], pf[sim_fast._MIN_FEE], low, high, fb,
+                          ib, kb, bb, tab, obs, esc)
     return status
 
 
@@ -151,7 +131,6 @@ class FusedStep:
                  num_worlds: int) -> None:
         n = num_worlds
         self.nvec = np.asarray(nvec, dtype=np.int64)
-        used = [sim_fast._STATE_FIELDS.index(name) for name in _USED_FIELDS]
         fc = np.concatenate([
             BUY_FRACTIONS, SELL_FRACTIONS, [perp_leverage],
             [reward_fn.starting_cash, reward_fn.pnl_scale, reward_fn.max_leverage, reward_fn.risk_threshold,
@@ -159,7 +138,7 @@ class FusedStep:
             [params.starting_cash, params.market_duration_max, params.num_ticks, params.max_leverage],
             layout.low.astype(np.float64), layout.high.astype(np.float64),
         ]).astype(np.float64)
-        ic = np.concatenate([self.nvec, used]).astype(np.int64)
+        ic = np.concatenate([self.nvec, _KIND_CODES]).astype(np.int64)
         self._consts = (*sim_fast._param_arrays(params), fc, ic)
         self._scratch = (*sim_fast.scratch(self._consts[1]),
                          encoding_fast.scratch(params.num_markets, params.num_perps, len(layout.names)))

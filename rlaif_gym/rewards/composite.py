@@ -52,7 +52,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..config import RLAIFEnvConfig
+from ..config import REWARD_COMPONENTS, RLAIFEnvConfig
 from ..errors import ConfigError
 from .components import (
     format_penalty,
@@ -73,7 +73,9 @@ __all__ = [
     "resolve_weights",
 ]
 
-COMPONENT_NAMES: tuple[str, ...] = ("pnl", "format", "reasoning", "behavior", "risk", "truth_mark")
+COMPONENT_NAMES: tuple[str, ...] = REWARD_COMPONENTS
+"""Every reward component, in the order `RewardFunction.components` reports them (declared with the config, which
+checks weight names against it)."""
 REWARD_MARKS: tuple[str, ...] = ("market", "truth")
 REWARD_SCHEMES: tuple[str, ...] = ("skill", "original")
 SCHEME_DEFAULTS: dict[str, dict[str, float]] = {

@@ -170,14 +170,10 @@ def exposure(state: WorldState) -> np.ndarray:
 # Reset
 
 
-def _zeros(*shape, dtype=np.float64) -> np.ndarray:
-    return np.zeros(shape, dtype=dtype)
-
-
 def reset(params: WorldParams, keys: np.ndarray) -> WorldState:
     """Build B fresh worlds, one per key. The same key always gives the same world."""
     keys = np.asarray(keys, dtype=np.uint64)
-    b, m, p, k, g, r = len(keys), params.num_markets, params.num_perps, params.num_npcs, params.num_groups, FEED_LENGTH
+    b, m, p, k, g = len(keys), params.num_markets, params.num_perps, params.num_npcs, params.num_groups
     u = rng.uniforms(keys, _RESET_STREAM, 2 * p + k)
     base = np.array(PERP_BASE_PRICES[:p])
     price0 = base * np.exp(0.05 * rng.normals(u[:, :p], u[:, p : 2 * p]))
@@ -186,39 +182,14 @@ def reset(params: WorldParams, keys: np.ndarray) -> WorldState:
         [behaviour == NpcBehaviour.INFORMED, behaviour == NpcBehaviour.DECEIVER], [68.0, 58.0], default=48.0
     )
     npc_rep = np.clip(rep_centre[None, :] + 20.0 * (u[:, 2 * p : 2 * p + k] - 0.5), 0.0, 100.0)
-    i64 = np.int64
-    state = WorldState(
-        tick=_zeros(b, dtype=i64), key=keys.copy(),
-        pm_yes=_zeros(b, m), pm_no=_zeros(b, m), pm_collateral=_zeros(b, m),
-        pm_house_yes=_zeros(b, m), pm_house_no=_zeros(b, m), pm_truth=_zeros(b, m),
-        pm_outcome=_zeros(b, m, dtype=i64), pm_open_tick=_zeros(b, m, dtype=i64),
-        pm_resolve_tick=_zeros(b, m, dtype=i64), pm_serial=_zeros(b, m, dtype=i64),
-        pm_last_price=_zeros(b, m), pm_npc_flow=_zeros(b, m), next_serial=_zeros(b, dtype=i64),
-        cash=np.full(b, params.starting_cash), hold_yes=_zeros(b, m), hold_no=_zeros(b, m),
-        cost_yes=_zeros(b, m), cost_no=_zeros(b, m), realized_pnl=_zeros(b), fees_paid=_zeros(b),
-        perp_price=price0, perp_prev_price=price0.copy(), perp_ema=price0.copy(),
-        perp_funding=np.full((b, p), 1e-4), pos_side=_zeros(b, p, dtype=i64), pos_notional=_zeros(b, p),
-        pos_entry=_zeros(b, p), pos_leverage=_zeros(b, p), pos_margin=_zeros(b, p),
-        pos_serial=_zeros(b, p, dtype=i64), next_pos_serial=_zeros(b, dtype=i64),
-        narr_active=_zeros(b, dtype=bool), narr_ticker=_zeros(b, dtype=i64), narr_sign=_zeros(b),
-        narr_tick=_zeros(b, dtype=i64), narr_mag=_zeros(b),
-        npc_cash=np.full((b, k), params.npc_starting_cash), npc_yes=_zeros(b, k, m), npc_no=_zeros(b, k, m),
-        npc_rep=npc_rep, npc_claims=_zeros(b, k, m),
-        news_acc=_zeros(b, m), post_acc=_zeros(b, m), group_acc=_zeros(b, g, m), perp_news_acc=_zeros(b, p),
-        joined=_zeros(b, g, dtype=bool), posts_created=_zeros(b, dtype=i64), dms_sent=_zeros(b, dtype=i64),
-        followers=_zeros(b, dtype=i64), reputation=np.full(b, 50.0),
-        news_count=_zeros(b, dtype=i64), news_tick=np.full((b, r), -1, dtype=i64),
-        news_kind=_zeros(b, r, dtype=i64), news_target=_zeros(b, r, dtype=i64),
-        news_serial=_zeros(b, r, dtype=i64), news_source=_zeros(b, r, dtype=i64),
-        news_signal=_zeros(b, r, dtype=i64),
-        post_count=_zeros(b, dtype=i64), post_tick=np.full((b, r), -1, dtype=i64),
-        post_author=_zeros(b, r, dtype=i64), post_target=_zeros(b, r, dtype=i64),
-        post_serial=_zeros(b, r, dtype=i64), post_signal=_zeros(b, r, dtype=i64),
-        tip_count=_zeros(b, dtype=i64), tip_tick=np.full((b, r), -1, dtype=i64),
-        tip_group=_zeros(b, r, dtype=i64), tip_target=_zeros(b, r, dtype=i64),
-        tip_serial=_zeros(b, r, dtype=i64), tip_signal=_zeros(b, r, dtype=i64),
-        house_cash=_zeros(b), fees_collected=_zeros(b),
-    )
+    state = WorldState.allocate(b, {"M": m, "P": p, "K": k, "G": g})
+    state.key[:] = keys
+    state.cash[:] = params.starting_cash
+    state.perp_price[:] = price0
+    state.perp_prev_price[:] = price0
+    state.perp_ema[:] = price0
+    state.npc_cash[:] = params.npc_starting_cash
+    state.npc_rep[:] = npc_rep
     _open_markets(state, params, np.ones((b, m), dtype=bool), initial=True)
     return state
 

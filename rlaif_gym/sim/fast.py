@@ -13,9 +13,13 @@ after that module changes. ``$NUMBA_CACHE_DIR``, when set, is numba's and wins.
 
 How it stays the same as the numpy path:
 - one kernel loops over worlds and does, per world, what the vectorised functions do, in the same
-  order (`_apply_actions`, `_advance_perps`, `_funding_and_liquidation`, `_npc_trades`,
-  `_information`, `_resolve_markets` with `_open_markets`), with the same floating-point operation
-  order (left to right as numpy evaluates the expressions);
+  order and under the same names (`_agent_action` with one handler per ActionType, as `_apply_actions`
+  dispatches; `_advance_perps`, `_funding_and_liquidation`, `_npc_trades`, `_information`,
+  `_resolve_markets` with `_open_markets`), each a helper inlined into the kernel, with the same
+  floating-point operation order (left to right as numpy evaluates the expressions);
+- the state reaches compiled code as one named tuple of its arrays (`WorldArrays`), built from the
+  field declarations in `sim/state.py`; error codes, action kinds and outcome rows are named constants
+  derived from `ErrorCode`, `ActionType` and the outcome layout;
 - random draws use the same counter-based SplitMix64 hash and the same column layout as `engine._Cols`;
 - sums reproduce numpy's reduction order: pairwise summation (8 accumulators from 8 terms on) along
   a contiguous last axis, plain left-to-right accumulation along any other axis;
@@ -28,10 +32,10 @@ float fields agree to about 1e-15 relative and discrete fields agree exactly (te
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
-import inspect
 import math
 import operator
 import os
@@ -40,17 +44,16 @@ import sys
 import threading
 import time
 import types
-from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InvalidActionError
 from . import engine
-from .actions import ActionBatch, ActionType
+from .actions import ActionBatch, ActionType, ErrorCode
 from .params import GROUP_NAMES, NEWS_SOURCES, NpcBehaviour, WorldParams
 from .paths import user_cache_dir
-from .state import FEED_LENGTH, WorldState
+from .state import FEED_LENGTH, WorldState, field_specs
 
 try:  # a core dependency, but the numpy engine stays usable where numba cannot be installed
     import numba
@@ -63,8 +66,7 @@ COMPILE_NOTICE_AFTER_S = 2.0
 """Where numba's cache cannot be inspected: a first call still running after this many seconds is compiling."""
 _noticed = False
 _warm = False  # `step` has run its kernel in this process (so it skips `compile_notice`)
-_KERNEL_NAMES = {"rlaif_gym.sim.fast._unpacked_kernel_calls": "world step",
-                 "rlaif_gym.sim.fast._unpacked_kernel": "world step (inlined, for the fused step)",
+_KERNEL_NAMES = {"rlaif_gym.sim.fast._kernel_calls": "world step",
                  "rlaif_gym.envs.fused._fused": "fused step (world, reward, observation)",
                  "rlaif_gym.encoding.fast._kernel": "observation encoder"}
 
@@ -190,32 +192,26 @@ def _jit_flat(fn):
 
 
 _INLINED: list[str] = []
-"""Names of the `_jit_inline` helpers (see `_rebound`)."""
+"""Names of the `_jit_inline` helpers (small arithmetic: real calls in the text face's copy, `_call_variant`)."""
+_PHASES: list[str] = []
+"""Names of the `_jit_phase` helpers (the step's phases and action handlers: inlined in both copies)."""
 
 
 def _jit_inline(fn):
-    """A helper inlined into its caller at the numba IR level (no call, no reference counting)."""
+    """A small helper inlined into its caller at the numba IR level (no call, no reference counting)."""
     _INLINED.append(fn.__name__)
     return _njit(fn, inline="always") if numba is not None else fn
 
 
-def _rebound(dispatcher, name: str, helpers: dict):
-    """A second compiled copy of a kernel, named `name`, whose helpers are the dispatchers in `helpers`.
+def _jit_phase(fn):
+    """A phase of the world step, or an action's handler: inlined into the kernel (called once per world)."""
+    _PHASES.append(fn.__name__)
+    return _njit(fn, inline="always") if numba is not None else fn
 
-    Why: numba inlines a `_jit_inline` helper by copying it into every call site of its caller's IR, and
-    types the copy again: that is most of the world kernel's compile time (the world step inlines about 100
-    sites), and it makes the numeric face's hot loops fast. The text face steps one world per LLM call, where
-    a real call costs nothing measurable, so it runs a copy of the kernel whose helpers are real calls: the
-    same code, the same arithmetic in the same order (so the same bits: tests/envs/test_fused.py compares the
-    two paths step by step), compiled in
-    about half the time (docs/benchmarks.md ("Time to first step")).
-    """
-    if numba is None:
-        return dispatcher
-    fn = dispatcher.py_func
-    copy = types.FunctionType(fn.__code__, {**fn.__globals__, **helpers}, name, fn.__defaults__, fn.__closure__)
-    copy.__qualname__, copy.__doc__ = name, fn.__doc__  # numba keys its on-disk cache by the qualified name
-    return _njit(copy, _nrt=False)
+
+def _jit_view(fn):
+    """A view of a packed buffer: always inlined, so building it needs no runtime (see `_jit_flat`)."""
+    return _njit(fn, inline="always") if numba is not None else fn
 
 
 _U64 = np.uint64
@@ -240,8 +236,6 @@ _R = FEED_LENGTH
 _INFORMED = NpcBehaviour.INFORMED
 _DECEIVER = NpcBehaviour.DECEIVER
 _MOMENTUM = NpcBehaviour.MOMENTUM
-_MAX_KIND = int(max(ActionType))
-
 # ---------------------------------------------------------------------------------------------
 # Scalar helpers with numpy's semantics
 
@@ -380,120 +374,664 @@ def _exposure(b, m, np_, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, 
 
 
 # ---------------------------------------------------------------------------------------------
-# The kernel. Its parameters after the first 13 are the WorldState fields, in dataclass order
-# (checked at import), then the outcome buffers.
+# The kernel's names for codes, rows and constants, derived from what they name (so a renumbering follows)
 
-# Float parameters (pf) and integer parameters (pi), in this order.
+_WAIT = int(ActionType.WAIT)
+_BUY = int(ActionType.BUY_PREDICTION)
+_SELL = int(ActionType.SELL_PREDICTION)
+_OPEN_PERP = int(ActionType.OPEN_PERP)
+_CLOSE_PERP = int(ActionType.CLOSE_PERP)
+_JOIN_GROUP = int(ActionType.JOIN_GROUP)
+_CREATE_POST = int(ActionType.CREATE_POST)
+_SEND_DM = int(ActionType.SEND_DM)
+_MAX_KIND = int(max(ActionType))
+
+_OK = int(ErrorCode.OK)
+_UNKNOWN_MARKET = int(ErrorCode.UNKNOWN_MARKET)
+_BELOW_MIN_ORDER = int(ErrorCode.BELOW_MIN_ORDER)
+_INSUFFICIENT_CASH = int(ErrorCode.INSUFFICIENT_CASH)
+_NO_SHARES = int(ErrorCode.NO_SHARES)
+_INSUFFICIENT_SHARES = int(ErrorCode.INSUFFICIENT_SHARES)
+_UNKNOWN_TICKER = int(ErrorCode.UNKNOWN_TICKER)
+_POSITION_EXISTS = int(ErrorCode.POSITION_EXISTS)
+_LEVERAGE_ABOVE_CAP = int(ErrorCode.LEVERAGE_ABOVE_CAP)
+_LEVERAGE_BELOW_ONE = int(ErrorCode.LEVERAGE_BELOW_ONE)
+_INSUFFICIENT_MARGIN = int(ErrorCode.INSUFFICIENT_MARGIN)
+_NO_POSITION = int(ErrorCode.NO_POSITION)
+_UNKNOWN_GROUP = int(ErrorCode.UNKNOWN_GROUP)
+_ALREADY_MEMBER = int(ErrorCode.ALREADY_MEMBER)
+_UNKNOWN_RECIPIENT = int(ErrorCode.UNKNOWN_RECIPIENT)
+_NOT_A_NUMBER = int(ErrorCode.NOT_A_NUMBER)
+_PROCEEDS_BELOW_FEE = int(ErrorCode.PROCEEDS_BELOW_FEE)
+
+# news_kind values (WorldState.news_kind) and the NEWS_SOURCES index of the perp items' sources.
+_NEWS_MARKET, _NEWS_LEAK, _NEWS_ANNOUNCEMENT = 0, 1, 2
+_ANNOUNCEMENT_SOURCE, _LEAK_SOURCE = 0, 2
+
+# Float parameters (pf) and integer parameters (pi), in this order (`_param_arrays`); pi ends with the column
+# offsets of the per-tick uniform draws, read from the engine's own layout (`engine._Cols`).
 _PF = ("fee_rate", "min_fee", "min_order", "max_leverage", "perp_volatility", "news_rate", "post_rate", "tip_rate",
        "npc_trade_rate", "narrative_rate", "market_liquidity")
+_COLUMNS = ("perp", "narr", "leak", "news", "post", "tip", "npc")
 _PI = ("num_markets", "num_perps", "num_npcs", "num_groups", "market_duration_min", "market_duration_max",
-       "funding_interval")
-# Outcome rows: floats, ints, bools.
+       "funding_interval", *(f"col_{name}" for name in _COLUMNS))
+_FEE_RATE, _MIN_FEE, _MIN_ORDER, _MAX_LEVERAGE = (_PF.index(n) for n in ("fee_rate", "min_fee", "min_order",
+                                                                            "max_leverage"))
+_PERP_VOLATILITY, _NEWS_RATE, _POST_RATE, _TIP_RATE = (_PF.index(n) for n in ("perp_volatility", "news_rate",
+                                                                                "post_rate", "tip_rate"))
+_NPC_TRADE_RATE, _NARRATIVE_RATE, _MARKET_LIQUIDITY = (_PF.index(n) for n in ("npc_trade_rate", "narrative_rate",
+                                                                               "market_liquidity"))
+_NUM_MARKETS, _NUM_PERPS, _NUM_NPCS, _NUM_GROUPS = (_PI.index(n) for n in ("num_markets", "num_perps", "num_npcs",
+                                                                           "num_groups"))
+_DURATION_MIN, _DURATION_MAX, _FUNDING_INTERVAL = (_PI.index(n) for n in ("market_duration_min",
+                                                                          "market_duration_max", "funding_interval"))
+_COL_PERP, _COL_NARR, _COL_LEAK, _COL_NEWS, _COL_POST, _COL_TIP, _COL_NPC = (_PI.index(f"col_{n}") for n in _COLUMNS)
+
+# The feed constants (cf): offsets of each table in `_param_arrays`' concatenation.
+_CF_SOURCE_WEIGHT, _CF_SOURCE_CUM, _CF_SOURCE_RELIABILITY, _CF_GROUP_WEIGHT, _CF_GROUP_RELIABILITY, _CF_LEAK_WEIGHT = (
+    0, 3, 6, 9, 12, 15)
+
+# Outcome rows: floats (out_f), ints (out_i), bools (out_b); `outcome_of` names them for a StepOutcome.
 _OF = ("error_a", "error_b", "filled_shares", "filled_usd", "fee", "equity_before", "equity_after", "pnl_delta",
        "exposure_ratio", "leverage_requested", "payout")
 _OI = ("error", "resolved", "liquidated")
 _OB = ("success", "added_exposure", "bankrupt")
+_ERROR_A, _ERROR_B, _FILLED_SHARES, _FILLED_USD, _FEE = (_OF.index(n) for n in ("error_a", "error_b", "filled_shares",
+                                                                                "filled_usd", "fee"))
+_EQUITY_BEFORE, _EQUITY_AFTER, _PNL_DELTA, _EXPOSURE_RATIO = (_OF.index(n) for n in ("equity_before", "equity_after",
+                                                                                     "pnl_delta", "exposure_ratio"))
+_LEVERAGE_REQUESTED, _PAYOUT = _OF.index("leverage_requested"), _OF.index("payout")
+_ERROR, _RESOLVED, _LIQUIDATED = (_OI.index(n) for n in _OI)
+_SUCCESS, _ADDED_EXPOSURE, _BANKRUPT = (_OB.index(n) for n in _OB)
+
+# ---------------------------------------------------------------------------------------------
+# The state inside compiled code: one named tuple of the WorldState arrays (`WorldArrays`, field for field),
+# so a kernel reads `s.cash[b]` and a new state field needs no kernel signature, view or call edited.
+
+WorldArrays = collections.namedtuple("WorldArrays", [spec.name for spec in field_specs()])
+"""The WorldState fields as a tuple numba can pass around (built from a packed state by `_state_views`)."""
 
 
-@_jit_inline
-def _settle(b, t, liquidation, fee_rate, min_fee, cash, fees_paid, fees_collected, house_cash, realized_pnl,
-            pos_side, pos_notional, pos_entry, pos_leverage, pos_margin, perp_price, house0, realized0):
+@_jit_phase
+def _equity_of(b, s, pf, pi, buf):
+    """`engine.equity` of world b (numpy's summation order); buf: scratch of max(M, P)."""
+    return _equity(b, pi[_NUM_MARKETS], pi[_NUM_PERPS], pf[_FEE_RATE], pf[_MIN_FEE], s.cash, s.pm_yes, s.pm_no,
+                   s.hold_yes, s.hold_no, s.pos_side, s.pos_entry, s.pos_margin, s.pos_notional, s.perp_price, buf)
+
+
+@_jit_phase
+def _exposure_of(b, s, pi, buf):
+    """`engine.exposure` of world b."""
+    return _exposure(b, pi[_NUM_MARKETS], pi[_NUM_PERPS], s.pm_yes, s.pm_no, s.hold_yes, s.hold_no, s.pos_side,
+                     s.pos_entry, s.pos_notional, s.perp_price, buf)
+
+
+@_jit_phase
+def _settle(b, t, liquidation, pf, s):
     """engine._settle_positions for one position; returns (payout, fee).
 
     Several positions of one world settle one after another (the engine accumulates with `np.add.at`,
-    in the same order). `house0` / `realized0` are unused and kept for the call signature.
-    """
-    margin = pos_margin[b, t]
+    in the same order)."""
+    margin = s.pos_margin[b, t]
     if liquidation:
         payout = 0.0
         fee = 0.0
-        cash[b] = cash[b] + payout
-        fees_paid[b] = fees_paid[b] + fee
-        fees_collected[b] = fees_collected[b] + fee
-        house_cash[b] += margin - payout - fee
-        realized_pnl[b] += payout - margin
+        s.cash[b] = s.cash[b] + payout
+        s.fees_paid[b] = s.fees_paid[b] + fee
+        s.fees_collected[b] = s.fees_collected[b] + fee
+        s.house_cash[b] += margin - payout - fee
+        s.realized_pnl[b] += payout - margin
     else:
-        s = pos_side[b, t]
-        pnl = s * (perp_price[b, t] / pos_entry[b, t] - 1.0) * pos_notional[b, t]
-        fee = _fee(fee_rate, min_fee, pos_notional[b, t] * perp_price[b, t] / pos_entry[b, t])
+        side, price, entry, notional = s.pos_side[b, t], s.perp_price[b, t], s.pos_entry[b, t], s.pos_notional[b, t]
+        pnl = side * (price / entry - 1.0) * notional
+        fee = _fee(pf[_FEE_RATE], pf[_MIN_FEE], notional * price / entry)
         payout = _fmax(margin + pnl - fee, 0.0)
         fee = _fmin(fee, margin + _fmax(pnl, -margin))
         fee = _fmax(fee, 0.0)
-        cash[b] += payout
-        fees_paid[b] += fee
-        fees_collected[b] += fee
-        house_cash[b] += margin - payout - fee
-        realized_pnl[b] += payout - margin
-    pos_side[b, t] = 0
-    pos_notional[b, t] = 0.0
-    pos_entry[b, t] = 0.0
-    pos_leverage[b, t] = 0.0
-    pos_margin[b, t] = 0.0
+        s.cash[b] += payout
+        s.fees_paid[b] += fee
+        s.fees_collected[b] += fee
+        s.house_cash[b] += margin - payout - fee
+        s.realized_pnl[b] += payout - margin
+    s.pos_side[b, t] = 0
+    s.pos_notional[b, t] = 0.0
+    s.pos_entry[b, t] = 0.0
+    s.pos_leverage[b, t] = 0.0
+    s.pos_margin[b, t] = 0.0
     return payout, fee
 
 
-@_jit_inline
-def _ring6(count, a1, a2, a3, a4, a5, a6, b, v1, v2, v3, v4, v5, v6):
-    slot = count[b] % _R
-    a1[b, slot] = v1
-    a2[b, slot] = v2
-    a3[b, slot] = v3
-    a4[b, slot] = v4
-    a5[b, slot] = v5
-    a6[b, slot] = v6
-    count[b] += 1
+# ---------------------------------------------------------------------------------------------
+# The agent's action (engine._apply_actions). Every handler takes (b, s, pf, pi, target, side, amount, leverage,
+# error_a, error_b) and returns (error, error_a, error_b, filled shares, filled USD, fee), as `_Result` holds them.
 
 
-@_jit_inline
-def _ring5(count, a1, a2, a3, a4, a5, b, v1, v2, v3, v4, v5):
-    slot = count[b] % _R
-    a1[b, slot] = v1
-    a2[b, slot] = v2
-    a3[b, slot] = v3
-    a4[b, slot] = v4
-    a5[b, slot] = v5
-    count[b] += 1
+@_jit_phase
+def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
+    """engine._apply_buy for one world: amount_b USD (fee included) of YES (sd 0) or NO in market slot tg."""
+    fee_rate, min_fee, min_order = pf[_FEE_RATE], pf[_MIN_FEE], pf[_MIN_ORDER]
+    bad = tg < 0 or tg >= pi[_NUM_MARKETS]
+    mm = 0 if bad else tg
+    err = _OK
+    if bad:
+        err = _UNKNOWN_MARKET
+    elif not _isfinite(amount_b) or amount_b <= 0:
+        err = _NOT_A_NUMBER
+    elif amount_b < min_order:
+        err = _BELOW_MIN_ORDER
+    elif amount_b > s.cash[b]:
+        err = _INSUFFICIENT_CASH
+    ea = float(tg) if bad else amount_b
+    eb = s.cash[b] if err == _INSUFFICIENT_CASH else min_order
+    if err != _OK:
+        return err, ea, eb, 0.0, 0.0, 0.0
+    yes = sd == 0
+    fee = _fee(fee_rate, min_fee, amount_b)
+    net = amount_b - fee
+    same = s.pm_yes[b, mm] if yes else s.pm_no[b, mm]
+    other = s.pm_no[b, mm] if yes else s.pm_yes[b, mm]
+    kk_ = same * other
+    new_other = other + net
+    new_same = kk_ / new_other
+    shares = same + net - new_same
+    s.pm_yes[b, mm] = new_same if yes else new_other
+    s.pm_no[b, mm] = new_other if yes else new_same
+    s.pm_collateral[b, mm] += net
+    s.cash[b] -= amount_b
+    s.fees_paid[b] += fee
+    s.fees_collected[b] += fee
+    s.hold_yes[b, mm] += shares if yes else 0.0
+    s.hold_no[b, mm] += 0.0 if yes else shares
+    s.cost_yes[b, mm] += amount_b if yes else 0.0
+    s.cost_no[b, mm] += 0.0 if yes else amount_b
+    return err, ea, eb, shares, amount_b, fee
+
+
+@_jit_phase
+def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
+    """engine._apply_sell for one world: req shares of YES (sd 0) or NO in market slot tg."""
+    fee_rate, min_fee = pf[_FEE_RATE], pf[_MIN_FEE]
+    bad = tg < 0 or tg >= pi[_NUM_MARKETS]
+    mm = 0 if bad else tg
+    yes = sd == 0
+    held = s.hold_yes[b, mm] if yes else s.hold_no[b, mm]
+    over = req > held * (1.0 + 1e-9) + 1e-12
+    shares = _fmin(req, held)
+    same = s.pm_yes[b, mm] if yes else s.pm_no[b, mm]
+    other = s.pm_no[b, mm] if yes else s.pm_yes[b, mm]
+    sh = shares if _isfinite(shares) else 0.0
+    a_ = same + sh + other
+    disc = _fmax(a_ * a_ - 4.0 * sh * other, 0.0)
+    gross = (2.0 * sh * other) / (a_ + math.sqrt(disc))
+    new_same = same + sh - gross
+    new_other = other - gross
+    fee = _fee(fee_rate, min_fee, gross)
+    err = _OK
+    if bad:
+        err = _UNKNOWN_MARKET
+    elif held <= 0:
+        err = _NO_SHARES
+    elif not _isfinite(req) or req <= 0:
+        err = _NOT_A_NUMBER
+    elif over:
+        err = _INSUFFICIENT_SHARES
+    elif gross <= fee:
+        err = _PROCEEDS_BELOW_FEE
+    ea = gross if err == _PROCEEDS_BELOW_FEE else (float(tg) if bad else req)
+    eb = fee if err == _PROCEEDS_BELOW_FEE else held
+    if err != _OK:
+        return err, ea, eb, 0.0, 0.0, 0.0
+    s.pm_yes[b, mm] = new_same if yes else new_other
+    s.pm_no[b, mm] = new_other if yes else new_same
+    s.pm_collateral[b, mm] -= gross
+    s.cash[b] += gross - fee
+    s.fees_paid[b] += fee
+    s.fees_collected[b] += fee
+    cost = s.cost_yes[b, mm] if yes else s.cost_no[b, mm]
+    cost_sold = cost * shares / held
+    s.realized_pnl[b] += gross - fee - cost_sold
+    if yes:
+        s.hold_yes[b, mm] = _fmax(held - shares, 0.0)
+    else:
+        s.hold_no[b, mm] = _fmax(held - shares, 0.0)
+    s.cost_yes[b, mm] -= cost_sold if yes else 0.0
+    s.cost_no[b, mm] -= 0.0 if yes else cost_sold
+    return err, ea, eb, shares, gross - fee, fee
+
+
+@_jit_phase
+def _open_perp(b, s, pf, pi, tg, sd, notional, lev, ea, eb):
+    """engine._apply_open for one world: a LONG (sd 0) or SHORT of `notional` USD at `lev` on perp tg."""
+    fee_rate, min_fee, min_order, max_leverage = pf[_FEE_RATE], pf[_MIN_FEE], pf[_MIN_ORDER], pf[_MAX_LEVERAGE]
+    bad = tg < 0 or tg >= pi[_NUM_PERPS]
+    t = 0 if bad else tg
+    margin = notional / (lev if lev >= 1 else 1.0)
+    fee = _fee(fee_rate, min_fee, notional if _isfinite(notional) else 0.0)
+    err = _OK
+    if bad:
+        err = _UNKNOWN_TICKER
+    elif not _isfinite(notional) or notional <= 0 or not _isfinite(lev):
+        err = _NOT_A_NUMBER
+    elif notional < min_order:
+        err = _BELOW_MIN_ORDER
+    elif lev < 1.0:
+        err = _LEVERAGE_BELOW_ONE
+    elif lev > max_leverage:
+        err = _LEVERAGE_ABOVE_CAP
+    elif s.pos_side[b, t] != 0:
+        err = _POSITION_EXISTS
+    elif margin + fee > s.cash[b]:
+        err = _INSUFFICIENT_MARGIN
+    is_lev = err == _LEVERAGE_BELOW_ONE or err == _LEVERAGE_ABOVE_CAP
+    if bad:
+        ea = float(tg)
+    elif is_lev:
+        ea = lev
+    elif err == _INSUFFICIENT_MARGIN:
+        ea = margin + fee
+    else:
+        ea = notional
+    if is_lev:
+        eb = max_leverage
+    elif err == _INSUFFICIENT_MARGIN:
+        eb = s.cash[b]
+    else:
+        eb = min_order
+    if err != _OK:
+        return err, ea, eb, 0.0, 0.0, 0.0
+    s.cash[b] -= margin + fee
+    s.fees_paid[b] += fee
+    s.fees_collected[b] += fee
+    s.pos_side[b, t] = 1 if sd == 0 else -1
+    s.pos_notional[b, t] = notional
+    s.pos_entry[b, t] = s.perp_price[b, t]
+    s.pos_leverage[b, t] = lev
+    s.pos_margin[b, t] = margin
+    s.pos_serial[b, t] = s.next_pos_serial[b]
+    s.next_pos_serial[b] += 1
+    return err, ea, eb, 0.0, margin, fee
+
+
+@_jit_phase
+def _close_perp(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
+    """engine._apply_close for one world: settle the position on perp tg at the current price."""
+    bad = tg < 0 or tg >= pi[_NUM_PERPS]
+    t = 0 if bad else tg
+    err = _OK
+    if bad:
+        err = _UNKNOWN_TICKER
+    elif s.pos_side[b, t] == 0:
+        err = _NO_POSITION
+    if err != _OK:
+        return err, float(tg), eb, 0.0, 0.0, 0.0
+    payout, fee = _settle(b, t, False, pf, s)
+    return err, float(tg), eb, 0.0, payout, fee
+
+
+@_jit_phase
+def _join_group(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
+    """engine._apply_social, JOIN_GROUP: join group chat tg."""
+    bad = tg < 0 or tg >= pi[_NUM_GROUPS]
+    tt = 0 if bad else tg
+    err = _OK
+    if bad:
+        err = _UNKNOWN_GROUP
+    elif s.joined[b, tt]:
+        err = _ALREADY_MEMBER
+    if err == _OK:
+        s.joined[b, tt] = True
+    return err, float(tg), eb, 0.0, 0.0, 0.0
+
+
+@_jit_phase
+def _create_post(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
+    """engine._apply_social, CREATE_POST: followers and reputation grow, faster for a reputable poster."""
+    s.posts_created[b] += 1
+    s.followers[b] += 1 + np.int64(s.reputation[b] // 25)
+    s.reputation[b] = _fmin(s.reputation[b] + 0.5, 100.0)
+    return _OK, ea, eb, 0.0, 0.0, 0.0
+
+
+@_jit_phase
+def _send_dm(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
+    """engine._apply_social, SEND_DM: a message to NPC tg."""
+    bad = tg < 0 or tg >= pi[_NUM_NPCS]
+    if not bad:
+        s.dms_sent[b] += 1
+    return (_UNKNOWN_RECIPIENT if bad else _OK), float(tg), eb, 0.0, 0.0, 0.0
+
+
+@_jit_phase
+def _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i, out_b,
+                  buf):
+    """Apply world b's action and write its part of the outcome; returns the equity before it (USD)."""
+    eq0 = _equity_of(b, s, pf, pi, buf)
+    err = pre_error[b]
+    ea = float(pre_a[b])
+    eb = float(pre_b[b])
+    shares, usd, fee = 0.0, 0.0, 0.0
+    kd = kind[b]
+    tg, sd, am, lev = target[b], side[b], float(amount[b]), float(leverage[b])
+    if err == _OK:
+        if kd == _BUY:
+            err, ea, eb, shares, usd, fee = _buy(b, s, pf, pi, tg, sd, am, lev, ea, eb)
+        elif kd == _SELL:
+            err, ea, eb, shares, usd, fee = _sell(b, s, pf, pi, tg, sd, am, lev, ea, eb)
+        elif kd == _OPEN_PERP:
+            err, ea, eb, shares, usd, fee = _open_perp(b, s, pf, pi, tg, sd, am, lev, ea, eb)
+        elif kd == _CLOSE_PERP:
+            err, ea, eb, shares, usd, fee = _close_perp(b, s, pf, pi, tg, sd, am, lev, ea, eb)
+        elif kd == _JOIN_GROUP:
+            err, ea, eb, shares, usd, fee = _join_group(b, s, pf, pi, tg, sd, am, lev, ea, eb)
+        elif kd == _CREATE_POST:
+            err, ea, eb, shares, usd, fee = _create_post(b, s, pf, pi, tg, sd, am, lev, ea, eb)
+        elif kd == _SEND_DM:
+            err, ea, eb, shares, usd, fee = _send_dm(b, s, pf, pi, tg, sd, am, lev, ea, eb)
+    success = err == _OK
+    # Only trades move cash, shares or positions: after any other action equity is still eq0.
+    if kd == _BUY or kd == _SELL or kd == _OPEN_PERP or kd == _CLOSE_PERP:
+        eq_mid = _equity_of(b, s, pf, pi, buf)
+    else:
+        eq_mid = eq0
+    expo = _exposure_of(b, s, pi, buf)
+    out_f[_ERROR_A, b] = ea
+    out_f[_ERROR_B, b] = eb
+    out_f[_FILLED_SHARES, b] = shares
+    out_f[_FILLED_USD, b] = usd
+    out_f[_FEE, b] = fee
+    out_f[_EQUITY_BEFORE, b] = eq0
+    out_f[_EXPOSURE_RATIO, b] = expo / _fmax(eq_mid, 1e-9)
+    out_f[_LEVERAGE_REQUESTED, b] = float(leverage[b]) if kd == _OPEN_PERP else 0.0
+    out_i[_ERROR, b] = err
+    out_b[_SUCCESS, b] = success
+    out_b[_ADDED_EXPOSURE, b] = success and (kd == _BUY or kd == _OPEN_PERP)
+    return eq0
+
+
+# ---------------------------------------------------------------------------------------------
+# The world's tick (engine.tick's phases, in its order)
+
+
+@_jit_phase
+def _push_news(b, s, now, kind, target, serial, source, signal):
+    """engine._ring_write(state, "news", ...) for one world."""
+    slot = s.news_count[b] % _R
+    s.news_tick[b, slot] = now
+    s.news_kind[b, slot] = kind
+    s.news_target[b, slot] = target
+    s.news_serial[b, slot] = serial
+    s.news_source[b, slot] = source
+    s.news_signal[b, slot] = signal
+    s.news_count[b] += 1
+
+
+@_jit_phase
+def _push_post(b, s, now, author, target, serial, signal):
+    """engine._ring_write(state, "post", ...) for one world."""
+    slot = s.post_count[b] % _R
+    s.post_tick[b, slot] = now
+    s.post_author[b, slot] = author
+    s.post_target[b, slot] = target
+    s.post_serial[b, slot] = serial
+    s.post_signal[b, slot] = signal
+    s.post_count[b] += 1
+
+
+@_jit_phase
+def _push_tip(b, s, now, group, target, serial, signal):
+    """engine._ring_write(state, "tip", ...) for one world."""
+    slot = s.tip_count[b] % _R
+    s.tip_tick[b, slot] = now
+    s.tip_group[b, slot] = group
+    s.tip_target[b, slot] = target
+    s.tip_serial[b, slot] = serial
+    s.tip_signal[b, slot] = signal
+    s.tip_count[b] += 1
+
+
+@_jit_phase
+def _mark_prices(b, s, m, lmove):
+    """engine.tick's first step: each market's YES price becomes its last price; lmove[j] is the move since."""
+    for j in range(m):
+        opening = s.pm_no[b, j] / (s.pm_yes[b, j] + s.pm_no[b, j])
+        lmove[j] = opening - s.pm_last_price[b, j]
+        s.pm_last_price[b, j] = opening
+
+
+@_jit_phase
+def _advance_perps(b, s, pf, pi, cf, now, key, su, ret):
+    """engine._advance_perps for world b: prices move, a narrative fires, leaks, a new narrative may start."""
+    np_, o_perp, o_narr, o_leak = pi[_NUM_PERPS], pi[_COL_PERP], pi[_COL_NARR], pi[_COL_LEAK]
+    sigma = pf[_PERP_VOLATILITY]
+    sigma_drift = -0.5 * sigma * sigma
+    for t in range(np_):
+        z = _normal(_uniform_at(key, su, o_perp + t), _uniform_at(key, su, o_perp + np_ + t))
+        ret[t] = sigma_drift + sigma * z
+    fire = s.narr_active[b] and s.narr_tick[b] <= now
+    if fire:
+        tk = s.narr_ticker[b]
+        ret[tk] += s.narr_sign[b] * s.narr_mag[b]
+        _push_news(b, s, now, _NEWS_ANNOUNCEMENT, tk, 0, _ANNOUNCEMENT_SOURCE, np.int64(s.narr_sign[b]))
+        s.perp_news_acc[b, tk] = 0.0
+        s.narr_active[b] = False
+    for t in range(np_):
+        s.perp_prev_price[b, t] = s.perp_price[b, t]
+        s.perp_price[b, t] *= math.exp(ret[t])
+        s.perp_ema[b, t] += 0.08 * (s.perp_price[b, t] - s.perp_ema[b, t])
+        s.perp_news_acc[b, t] *= _PERP_NEWS_DECAY
+    if s.narr_active[b] and _uniform_at(key, su, o_leak) < _LEAK_RATE:
+        sgn = s.narr_sign[b] if _uniform_at(key, su, o_leak + 1) < _LEAK_RELIABILITY else -s.narr_sign[b]
+        tk = s.narr_ticker[b]
+        s.perp_news_acc[b, tk] += sgn * cf[_CF_LEAK_WEIGHT]
+        _push_news(b, s, now, _NEWS_LEAK, tk, 0, _LEAK_SOURCE, np.int64(sgn))
+    if not s.narr_active[b] and not fire and _uniform_at(key, su, o_narr) < pf[_NARRATIVE_RATE]:
+        s.narr_active[b] = True
+        s.narr_ticker[b] = np.int64(math.floor(_uniform_at(key, su, o_narr + 1) * np_))
+        s.narr_sign[b] = 1.0 if _uniform_at(key, su, o_narr + 2) < 0.5 else -1.0
+        s.narr_tick[b] = now + 6 + np.int64(math.floor(_uniform_at(key, su, o_narr + 3) * 15))
+        s.narr_mag[b] = 0.04 + 0.08 * _uniform_at(key, su, o_narr + 4)
+
+
+@_jit_phase
+def _funding_and_liquidation(b, s, pf, pi, now, payment, hit):
+    """engine._funding_and_liquidation for world b; returns how many positions were liquidated."""
+    np_ = pi[_NUM_PERPS]
+    if now % pi[_FUNDING_INTERVAL] == 0:
+        for t in range(np_):
+            rate = 1e-4 + 0.05 * math.log(s.perp_price[b, t] / s.perp_ema[b, t])
+            s.perp_funding[b, t] = _fmin(_fmax(rate, -3e-3), 3e-3)
+            side = s.pos_side[b, t]
+            current = s.pos_notional[b, t] * s.perp_price[b, t] / (s.pos_entry[b, t] if side != 0 else 1.0)
+            payment[t] = side * current * s.perp_funding[b, t]
+            s.pos_margin[b, t] -= payment[t]
+        s.house_cash[b] += _psum(payment, np_)
+    n_hit = 0
+    for t in range(np_):
+        side = s.pos_side[b, t]
+        lev = s.pos_leverage[b, t] if side != 0 else 1.0
+        entry = s.pos_entry[b, t]
+        liq_long = entry * (1.0 - 0.9 / lev)
+        liq_short = entry * (1.0 + 0.9 / lev)
+        px = s.perp_price[b, t]
+        h = (side == 1 and px <= liq_long) or (side == -1 and px >= liq_short)
+        e1 = entry if side != 0 else 1.0
+        upnl = side * (px / e1 - 1.0) * s.pos_notional[b, t]
+        h = h or (side != 0 and s.pos_margin[b, t] + upnl <= 0)
+        hit[t] = h
+        n_hit += 1 if h else 0
+    if n_hit:
+        for t in range(np_):
+            if hit[t]:
+                _settle(b, t, True, pf, s)
+    return n_hit
+
+
+@_jit_phase
+def _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd, fee_m, amt, kbuf, npc_mk,
+                npc_buys_yes):
+    """engine._npc_trades for world b.
+
+    Each NPC spends on one market (npc_mk) on one side (npc_buys_yes); the engine's per-market matrices add
+    exact zeros everywhere else, which leave the sums and holdings as they are."""
+    m, k, o_npc = pi[_NUM_MARKETS], pi[_NUM_NPCS], pi[_COL_NPC]
+    fee_rate, liq = pf[_FEE_RATE], pf[_MARKET_LIQUIDITY]
+    for j in range(m):
+        tot_yes[j] = 0.0
+        tot_no[j] = 0.0
+    for i in range(k):
+        a_i = 0.0
+        mk = 0
+        side_yes = True
+        if _uniform_at(key, su, o_npc + i) < pf[_NPC_TRADE_RATE]:
+            mk = min(np.int64(math.floor(_uniform_at(key, su, o_npc + k + i) * m)), m - 1)
+            bh = beh[i]
+            if bh == _INFORMED or bh == _DECEIVER:
+                price = s.pm_no[b, mk] / (s.pm_yes[b, mk] + s.pm_no[b, mk])
+                z = _normal(_uniform_at(key, su, o_npc + 2 * k + i), _uniform_at(key, su, o_npc + 3 * k + i))
+                gap = s.pm_truth[b, mk] + _INFORMED_NOISE * z - price
+                side_yes = gap > 0
+                size = _fmin(_fmax(2500.0 * (abs(gap) - 0.02), 0.0), 400.0) * (0.5 if bh == _DECEIVER else 1.0)
+            elif bh == _MOMENTUM:
+                move = lmove[mk]
+                side_yes = move > 0
+                size = 50.0 + 100.0 * _uniform_at(key, su, o_npc + 5 * k + i) if abs(move) > 1e-4 else 0.0
+            else:
+                side_yes = _uniform_at(key, su, o_npc + 4 * k + i) < 0.5
+                size = 20.0 + 180.0 * _uniform_at(key, su, o_npc + 5 * k + i)
+            a_i = _fmin(size, s.npc_cash[b, i])
+        amt[i] = a_i
+        npc_mk[i] = mk
+        npc_buys_yes[i] = side_yes
+    if m == 1:  # one market: numpy drops the market axis and sums the NPC axis pairwise
+        for i in range(k):
+            kbuf[i] = amt[i] if npc_buys_yes[i] else 0.0
+        tot_yes[0] = _psum(kbuf, k)
+        for i in range(k):
+            kbuf[i] = 0.0 if npc_buys_yes[i] else amt[i]
+        tot_no[0] = _psum(kbuf, k)
+    else:
+        for i in range(k):
+            if npc_buys_yes[i]:
+                tot_yes[npc_mk[i]] += amt[i]
+            else:
+                tot_no[npc_mk[i]] += amt[i]
+    for i in range(k):
+        s.npc_cash[b, i] -= amt[i]
+    for j in range(m):
+        s.pm_npc_flow[b, j] = (tot_yes[j] - tot_no[j]) / liq
+    yes_first = now % 2 == 0
+    for phase in range(2):
+        buy_yes = yes_first if phase == 0 else not yes_first
+        for j in range(m):
+            spend = tot_yes[j] if buy_yes else tot_no[j]
+            fee = fee_rate * spend
+            net = spend - fee
+            same = s.pm_yes[b, j] if buy_yes else s.pm_no[b, j]
+            other = s.pm_no[b, j] if buy_yes else s.pm_yes[b, j]
+            kk_ = same * other
+            new_other = other + net
+            new_same = kk_ / new_other
+            shares = same + net - new_same
+            if not spend > 0:  # markets nobody bought in keep their pools exactly, as in the engine
+                new_same, new_other = same, other
+            s.pm_yes[b, j] = new_same if buy_yes else new_other
+            s.pm_no[b, j] = new_other if buy_yes else new_same
+            s.pm_collateral[b, j] += net
+            fee_m[j] = fee
+            per_usd[j] = shares / spend if spend > 0 else 0.0
+        s.fees_collected[b] += _psum(fee_m, m)
+        for i in range(k):
+            if npc_buys_yes[i] == buy_yes:
+                j = npc_mk[i]
+                if buy_yes:
+                    s.npc_yes[b, i, j] += amt[i] * per_usd[j]
+                else:
+                    s.npc_no[b, i, j] += amt[i] * per_usd[j]
+
+
+@_jit_phase
+def _information(b, s, pf, pi, beh, cf, now, key, su, ts):
+    """engine._information for world b: signals decay; news, a post and group tips may arrive."""
+    m, k, g = pi[_NUM_MARKETS], pi[_NUM_NPCS], pi[_NUM_GROUPS]
+    o_news, o_post, o_tip = pi[_COL_NEWS], pi[_COL_POST], pi[_COL_TIP]
+    for j in range(m):
+        s.news_acc[b, j] *= _SIGNAL_DECAY
+        s.post_acc[b, j] *= _SIGNAL_DECAY
+        ts[j] = 1 if s.pm_outcome[b, j] == 1 else -1
+    for gg in range(s.group_acc.shape[1]):
+        for j in range(m):
+            s.group_acc[b, gg, j] *= _SIGNAL_DECAY
+    if _uniform_at(key, su, o_news) < pf[_NEWS_RATE]:
+        mk = min(np.int64(math.floor(_uniform_at(key, su, o_news + 1) * m)), m - 1)
+        x = _uniform_at(key, su, o_news + 2)
+        src = 0
+        for q in range(3):
+            if cf[_CF_SOURCE_CUM + q] <= x:
+                src = q + 1
+        src = min(max(src, 0), 2)
+        sgn_i = ts[mk] if _uniform_at(key, su, o_news + 3) < cf[_CF_SOURCE_RELIABILITY + src] else -ts[mk]
+        s.news_acc[b, mk] += sgn_i * cf[_CF_SOURCE_WEIGHT + src]
+        _push_news(b, s, now, _NEWS_MARKET, mk, s.pm_serial[b, mk], src, sgn_i)
+    if _uniform_at(key, su, o_post) < pf[_POST_RATE]:
+        author = min(np.int64(math.floor(_uniform_at(key, su, o_post + 1) * k)), k - 1)
+        mk = min(np.int64(math.floor(_uniform_at(key, su, o_post + 2) * m)), m - 1)
+        bh = beh[author]
+        honesty = 0.8 if bh == _INFORMED else (0.2 if bh == _DECEIVER else 0.5)
+        sgn_i = ts[mk] if _uniform_at(key, su, o_post + 3) < honesty else -ts[mk]
+        credibility = _fmin(_fmax((s.npc_rep[b, author] - 50.0) / 50.0, -1.0), 1.0)
+        s.post_acc[b, mk] += sgn_i * credibility
+        s.npc_claims[b, author, mk] += sgn_i
+        _push_post(b, s, now, author, mk, s.pm_serial[b, mk], sgn_i)
+    for grp in range(g):
+        if _uniform_at(key, su, o_tip + 3 * grp) < pf[_TIP_RATE]:
+            mk = min(np.int64(math.floor(_uniform_at(key, su, o_tip + 3 * grp + 1) * m)), m - 1)
+            sgn_i = ts[mk] if _uniform_at(key, su, o_tip + 3 * grp + 2) < cf[_CF_GROUP_RELIABILITY + grp] else -ts[mk]
+            s.group_acc[b, grp, mk] += sgn_i * cf[_CF_GROUP_WEIGHT + grp]
+            _push_tip(b, s, now, grp, mk, s.pm_serial[b, mk], sgn_i)
 
 
 @_jit_flat  # a real call: it runs only on ticks where a market is due
-def _resolve_and_reopen(b, now, m, k, k_pairwise, liq, dmin, dmax, key, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4,
-                        out_i, out_f, n_due, pm_yes, pm_no, pm_collateral, pm_house_yes, pm_house_no, pm_truth,
-                        pm_outcome, pm_open_tick, pm_resolve_tick, pm_serial, pm_last_price, pm_npc_flow, next_serial,
-                        cash, hold_yes, hold_no, cost_yes, cost_no, realized_pnl, npc_cash, npc_yes, npc_no, npc_rep,
-                        npc_claims, news_acc, post_acc, group_acc, house_cash):
-    """engine._resolve_markets and _open_markets for world b on a tick where n_due > 0 markets are due."""
+def _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4, out_i,
+                        out_f):
+    """engine._resolve_markets and _open_markets for world b on a tick where n_due > 0 markets are due.
+
+    A real call, so it takes the packed state (fb, ib, kb, bb, tab) and builds its own views: a tuple of 73
+    arrays as an argument costs compile time at every call site."""
+    s = _state_views(fb, ib, kb, bb, tab)
+    m, k, dmin, dmax = pi[_NUM_MARKETS], pi[_NUM_NPCS], pi[_DURATION_MIN], pi[_DURATION_MAX]
+    liq = pf[_MARKET_LIQUIDITY]
     for j in range(m):
-        d = pm_resolve_tick[b, j] <= now
+        d = s.pm_resolve_tick[b, j] <= now
         due[j] = d
-        ap[j] = (hold_yes[b, j] if pm_outcome[b, j] == 1 else hold_no[b, j]) if d else 0.0
+        ap[j] = (s.hold_yes[b, j] if s.pm_outcome[b, j] == 1 else s.hold_no[b, j]) if d else 0.0
     payout = _psum(ap, m)
-    cash[b] += payout
+    s.cash[b] += payout
     for j in range(m):
-        buf[j] = ap[j] - cost_yes[b, j] - cost_no[b, j] if due[j] else 0.0
-    realized_pnl[b] += _psum(buf, m)
+        buf[j] = ap[j] - s.cost_yes[b, j] - s.cost_no[b, j] if due[j] else 0.0
+    s.realized_pnl[b] += _psum(buf, m)
     for j in range(m):
         if due[j]:
-            hold_yes[b, j] = 0.0
-            hold_no[b, j] = 0.0
-            cost_yes[b, j] = 0.0
-            cost_no[b, j] = 0.0
+            s.hold_yes[b, j] = 0.0
+            s.hold_no[b, j] = 0.0
+            s.cost_yes[b, j] = 0.0
+            s.cost_no[b, j] = 0.0
     for i in range(k):
         for j in range(m):
-            yw = pm_outcome[b, j] == 1
-            npc_pay[i, j] = (npc_yes[b, i, j] if yw else npc_no[b, i, j]) if due[j] else 0.0
-        npc_cash[b, i] += _psum(npc_pay[i], m)
+            yw = s.pm_outcome[b, j] == 1
+            npc_pay[i, j] = (s.npc_yes[b, i, j] if yw else s.npc_no[b, i, j]) if due[j] else 0.0
+        s.npc_cash[b, i] += _psum(npc_pay[i], m)
         for j in range(m):
-            c = npc_claims[b, i, j]
+            c = s.npc_claims[b, i, j]
             sg = 1.0 if c > 0 else (-1.0 if c < 0 else (0.0 if c == 0 else c))
-            buf[j] = sg * (1.0 if pm_outcome[b, j] == 1 else -1.0) if due[j] else 0.0
-        rep = npc_rep[b, i] + _REP_STEP * _psum(buf, m)
-        npc_rep[b, i] = _fmin(_fmax(rep, 0.0), 100.0)
+            buf[j] = sg * (1.0 if s.pm_outcome[b, j] == 1 else -1.0) if due[j] else 0.0
+        rep = s.npc_rep[b, i] + _REP_STEP * _psum(buf, m)
+        s.npc_rep[b, i] = _fmin(_fmax(rep, 0.0), 100.0)
         for j in range(m):
             if due[j]:
-                npc_yes[b, i, j] = 0.0
-                npc_no[b, i, j] = 0.0
+                s.npc_yes[b, i, j] = 0.0
+                s.npc_no[b, i, j] = 0.0
     for j in range(m):
-        if k_pairwise:
+        if m == 1:  # sums over NPCs run pairwise only where numpy drops the market axis
             for i in range(k):
                 kbuf[i] = npc_pay[i, j]
             npc_pay_m[j] = _psum(kbuf, k)
@@ -502,89 +1040,84 @@ def _resolve_and_reopen(b, now, m, k, k_pairwise, liq, dmin, dmax, key, due, ap,
             for i in range(k):
                 acc += npc_pay[i, j]
             npc_pay_m[j] = acc
-        buf[j] = pm_collateral[b, j] - ap[j] - npc_pay_m[j] if due[j] else 0.0
-    house_cash[b] += _psum(buf, m)
+        buf[j] = s.pm_collateral[b, j] - ap[j] - npc_pay_m[j] if due[j] else 0.0
+    s.house_cash[b] += _psum(buf, m)
     # _open_markets(due)
     opened = 0
     for j in range(m):
         if not due[j]:
             continue
-        pm_collateral[b, j] = 0.0
-        serial = next_serial[b] + opened
+        s.pm_collateral[b, j] = 0.0
+        serial = s.next_serial[b] + opened
         opened += 1
-        _uniforms(key[b], _U64(_MARKET_STREAM + serial), 4, u4)
+        _uniforms(s.key[b], _U64(_MARKET_STREAM + serial), 4, u4)
         truth = 0.1 + 0.8 * u4[0]
         p0 = 0.3 + 0.4 * u4[2]
         life = dmin + np.int64(math.floor(u4[3] * (dmax - dmin + 1)))
         pool_yes = 2.0 * liq * (1.0 - p0)
         pool_no = 2.0 * liq * p0
         collateral = _fmax(pool_yes, pool_no)
-        pm_yes[b, j] = pool_yes
-        pm_no[b, j] = pool_no
-        pm_collateral[b, j] = collateral
-        pm_house_yes[b, j] = collateral - pool_yes
-        pm_house_no[b, j] = collateral - pool_no
-        house_cash[b] -= collateral
-        pm_truth[b, j] = truth
-        pm_outcome[b, j] = 1 if u4[1] < truth else 0
-        pm_open_tick[b, j] = now
-        pm_resolve_tick[b, j] = now + life
-        pm_serial[b, j] = serial
-        pm_last_price[b, j] = p0
-        pm_npc_flow[b, j] = 0.0
-        news_acc[b, j] = 0.0
-        post_acc[b, j] = 0.0
-        for gg in range(group_acc.shape[1]):
-            group_acc[b, gg, j] = 0.0
-        for i in range(npc_claims.shape[1]):
-            npc_claims[b, i, j] = 0.0
-    next_serial[b] += opened
-    out_i[1, b] = n_due
-    out_f[10, b] = payout
+        s.pm_yes[b, j] = pool_yes
+        s.pm_no[b, j] = pool_no
+        s.pm_collateral[b, j] = collateral
+        s.pm_house_yes[b, j] = collateral - pool_yes
+        s.pm_house_no[b, j] = collateral - pool_no
+        s.house_cash[b] -= collateral
+        s.pm_truth[b, j] = truth
+        s.pm_outcome[b, j] = 1 if u4[1] < truth else 0
+        s.pm_open_tick[b, j] = now
+        s.pm_resolve_tick[b, j] = now + life
+        s.pm_serial[b, j] = serial
+        s.pm_last_price[b, j] = p0
+        s.pm_npc_flow[b, j] = 0.0
+        s.news_acc[b, j] = 0.0
+        s.post_acc[b, j] = 0.0
+        for gg in range(s.group_acc.shape[1]):
+            s.group_acc[b, gg, j] = 0.0
+        for i in range(s.npc_claims.shape[1]):
+            s.npc_claims[b, i, j] = 0.0
+    s.next_serial[b] += opened
+    out_i[_RESOLVED, b] = n_due
+    out_f[_PAYOUT, b] = payout
+
+
+@_jit_phase
+def _resolve_markets(b, s, packed_state, pf, pi, now, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4, out_i, out_f):
+    """engine._resolve_markets for world b: pay out and reopen the markets due by `now`."""
+    m, k = pi[_NUM_MARKETS], pi[_NUM_NPCS]
+    n_due = 0
+    for j in range(m):
+        n_due += 1 if s.pm_resolve_tick[b, j] <= now else 0
+    if n_due:
+        fb, ib, kb, bb, tab = packed_state
+        _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4,
+                            out_i, out_f)
+        return
+    # The engine adds zero sums to these; adding 0.0 keeps a -0.0 turning into 0.0 as it does there.
+    s.cash[b] += 0.0
+    s.realized_pnl[b] += 0.0
+    for i in range(k):
+        s.npc_cash[b, i] += 0.0
+        s.npc_rep[b, i] = _fmin(_fmax(s.npc_rep[b, i] + 0.0, 0.0), 100.0)
+    s.house_cash[b] += 0.0
+    out_i[_RESOLVED, b] = 0
+    out_f[_PAYOUT, b] = 0.0
 
 
 @_jit_flat
-def _kernel(pf, pi, beh, cf,
-            kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
-            out_f, out_i, out_b,
-            tick, key, pm_yes, pm_no, pm_collateral, pm_house_yes, pm_house_no, pm_truth, pm_outcome,
-            pm_open_tick, pm_resolve_tick, pm_serial, pm_last_price, pm_npc_flow, next_serial,
-            cash, hold_yes, hold_no, cost_yes, cost_no, realized_pnl, fees_paid,
-            perp_price, perp_prev_price, perp_ema, perp_funding, pos_side, pos_notional, pos_entry,
-            pos_leverage, pos_margin, pos_serial, next_pos_serial,
-            narr_active, narr_ticker, narr_sign, narr_tick, narr_mag,
-            npc_cash, npc_yes, npc_no, npc_rep, npc_claims,
-            news_acc, post_acc, group_acc, perp_news_acc,
-            joined, posts_created, dms_sent, followers, reputation,
-            news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal,
-            post_count, post_tick, post_author, post_target, post_serial, post_signal,
-            tip_count, tip_tick, tip_group, tip_target, tip_serial, tip_signal,
-            house_cash, fees_collected, sf, si, sb):
-    """Apply one action per world and advance every world one tick. sf, si, sb: float, int and bool
-    scratch from `scratch(pi)`."""
-    nb = tick.shape[0]
+def _kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i, out_b, fb,
+            ib, kb, bb, tab, sf, si, sb):
+    """Apply one action per world and advance every world one tick (`engine.step`'s phases, in its order).
+
+    fb, ib, kb, bb, tab: the packed state (`packed`); sf, si, sb: float, int and bool scratch from `scratch(pi)`.
+    Returns False, with no world touched, when an action kind is not an ActionType code."""
+    s = _state_views(fb, ib, kb, bb, tab)
+    nb = s.tick.shape[0]
     # The numpy path rejects the whole batch before touching any world.
     for b in range(nb):
         if kind[b] < 0 or kind[b] > _MAX_KIND:
             return False
-    fee_rate, min_fee, min_order, max_leverage = pf[0], pf[1], pf[2], pf[3]
-    sigma, news_rate, post_rate, tip_rate, npc_trade_rate, narrative_rate, liq = (
-        pf[4], pf[5], pf[6], pf[7], pf[8], pf[9], pf[10])
-    m, np_, k, g, dmin, dmax, funding_interval = pi[0], pi[1], pi[2], pi[3], pi[4], pi[5], pi[6]
-    # engine._Cols
-    o_perp = 0
-    o_narr = 2 * np_
-    o_leak = o_narr + 5
-    o_news = o_leak + 2
-    o_post = o_news + 4
-    o_tip = o_post + 4
-    o_npc = o_tip + 3 * g
-    leak_weight = cf[15]
-    sigma_drift = -0.5 * sigma * sigma
-    # Sums over NPCs run along a middle axis (plain accumulation) unless M == 1, where numpy drops the
-    # market axis and the NPC axis becomes the contiguous one (pairwise).
-    k_pairwise = m == 1
-
+    m, np_, k = pi[_NUM_MARKETS], pi[_NUM_PERPS], pi[_NUM_NPCS]
     # Scratch, carved from sf / si / sb in `scratch`'s sizes (every element is written before it is read).
     nbuf = max(m, np_, k, 8)
     u4, buf, ret, payment = sf[0:4], sf[4:4 + nbuf], sf[4 + nbuf:4 + nbuf + np_], sf[4 + nbuf + np_:4 + nbuf + 2 * np_]
@@ -597,446 +1130,40 @@ def _kernel(pf, pi, beh, cf,
     hit, due, npc_buys_yes = sb[0:np_], sb[np_:np_ + m], sb[np_ + m:np_ + m + k]
 
     for b in range(nb):
-        # ------------------------------------------------------------------ the agent's action
-        eq0 = _equity(b, m, np_, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry,
-                      pos_margin, pos_notional, perp_price, buf)
-        err = pre_error[b]
-        ea = float(pre_a[b])
-        eb = float(pre_b[b])
-        r_shares = 0.0
-        r_usd = 0.0
-        r_fee = 0.0
-        kd = kind[b]
-        tg = target[b]
-        if err == 0:
-            if kd == 1:  # BUY_PREDICTION
-                amount_b = float(amount[b])
-                bad = tg < 0 or tg >= m
-                mm = 0 if bad else tg
-                if bad:
-                    err = 1
-                elif not _isfinite(amount_b) or amount_b <= 0:
-                    err = 17
-                elif amount_b < min_order:
-                    err = 2
-                elif amount_b > cash[b]:
-                    err = 3
-                ea = float(tg) if bad else amount_b
-                eb = cash[b] if err == 3 else min_order
-                if err == 0:
-                    yes = side[b] == 0
-                    fee = _fee(fee_rate, min_fee, amount_b)
-                    net = amount_b - fee
-                    same = pm_yes[b, mm] if yes else pm_no[b, mm]
-                    other = pm_no[b, mm] if yes else pm_yes[b, mm]
-                    kk_ = same * other
-                    new_other = other + net
-                    new_same = kk_ / new_other
-                    shares = same + net - new_same
-                    pm_yes[b, mm] = new_same if yes else new_other
-                    pm_no[b, mm] = new_other if yes else new_same
-                    pm_collateral[b, mm] += net
-                    cash[b] -= amount_b
-                    fees_paid[b] += fee
-                    fees_collected[b] += fee
-                    hold_yes[b, mm] += shares if yes else 0.0
-                    hold_no[b, mm] += 0.0 if yes else shares
-                    cost_yes[b, mm] += amount_b if yes else 0.0
-                    cost_no[b, mm] += 0.0 if yes else amount_b
-                    r_shares, r_usd, r_fee = shares, amount_b, fee
-            elif kd == 2:  # SELL_PREDICTION
-                req = float(amount[b])
-                bad = tg < 0 or tg >= m
-                mm = 0 if bad else tg
-                yes = side[b] == 0
-                held = hold_yes[b, mm] if yes else hold_no[b, mm]
-                over = req > held * (1.0 + 1e-9) + 1e-12
-                shares = _fmin(req, held)
-                same = pm_yes[b, mm] if yes else pm_no[b, mm]
-                other = pm_no[b, mm] if yes else pm_yes[b, mm]
-                sh = shares if _isfinite(shares) else 0.0
-                a_ = same + sh + other
-                disc = _fmax(a_ * a_ - 4.0 * sh * other, 0.0)
-                gross = (2.0 * sh * other) / (a_ + math.sqrt(disc))
-                new_same = same + sh - gross
-                new_other = other - gross
-                fee = _fee(fee_rate, min_fee, gross)
-                if bad:
-                    err = 1
-                elif held <= 0:
-                    err = 4
-                elif not _isfinite(req) or req <= 0:
-                    err = 17
-                elif over:
-                    err = 5
-                elif gross <= fee:
-                    err = 18
-                ea = gross if err == 18 else (float(tg) if bad else req)
-                eb = fee if err == 18 else held
-                if err == 0:
-                    pm_yes[b, mm] = new_same if yes else new_other
-                    pm_no[b, mm] = new_other if yes else new_same
-                    pm_collateral[b, mm] -= gross
-                    cash[b] += gross - fee
-                    fees_paid[b] += fee
-                    fees_collected[b] += fee
-                    cost = cost_yes[b, mm] if yes else cost_no[b, mm]
-                    cost_sold = cost * shares / held
-                    realized_pnl[b] += gross - fee - cost_sold
-                    if yes:
-                        hold_yes[b, mm] = _fmax(held - shares, 0.0)
-                    else:
-                        hold_no[b, mm] = _fmax(held - shares, 0.0)
-                    cost_yes[b, mm] -= cost_sold if yes else 0.0
-                    cost_no[b, mm] -= 0.0 if yes else cost_sold
-                    r_shares, r_usd, r_fee = shares, gross - fee, fee
-            elif kd == 3:  # OPEN_PERP
-                notional = float(amount[b])
-                lev = float(leverage[b])
-                bad = tg < 0 or tg >= np_
-                t = 0 if bad else tg
-                margin = notional / (lev if lev >= 1 else 1.0)
-                fee = _fee(fee_rate, min_fee, notional if _isfinite(notional) else 0.0)
-                if bad:
-                    err = 6
-                elif not _isfinite(notional) or notional <= 0 or not _isfinite(lev):
-                    err = 17
-                elif notional < min_order:
-                    err = 2
-                elif lev < 1.0:
-                    err = 9
-                elif lev > max_leverage:
-                    err = 8
-                elif pos_side[b, t] != 0:
-                    err = 7
-                elif margin + fee > cash[b]:
-                    err = 10
-                is_lev = err == 9 or err == 8
-                if bad:
-                    ea = float(tg)
-                elif is_lev:
-                    ea = lev
-                elif err == 10:
-                    ea = margin + fee
-                else:
-                    ea = notional
-                if is_lev:
-                    eb = max_leverage
-                elif err == 10:
-                    eb = cash[b]
-                else:
-                    eb = min_order
-                if err == 0:
-                    cash[b] -= margin + fee
-                    fees_paid[b] += fee
-                    fees_collected[b] += fee
-                    pos_side[b, t] = 1 if side[b] == 0 else -1
-                    pos_notional[b, t] = notional
-                    pos_entry[b, t] = perp_price[b, t]
-                    pos_leverage[b, t] = lev
-                    pos_margin[b, t] = margin
-                    pos_serial[b, t] = next_pos_serial[b]
-                    next_pos_serial[b] += 1
-                    r_usd, r_fee = margin, fee
-            elif kd == 4:  # CLOSE_PERP
-                bad = tg < 0 or tg >= np_
-                t = 0 if bad else tg
-                if bad:
-                    err = 6
-                elif pos_side[b, t] == 0:
-                    err = 11
-                ea = float(tg)
-                if err == 0:
-                    r_usd, r_fee = _settle(b, t, False, fee_rate, min_fee, cash, fees_paid, fees_collected,
-                                           house_cash, realized_pnl, pos_side, pos_notional, pos_entry,
-                                           pos_leverage, pos_margin, perp_price, 0.0, 0.0)
-            elif kd == 5:  # JOIN_GROUP
-                bad = tg < 0 or tg >= g
-                tt = 0 if bad else tg
-                if bad:
-                    err = 12
-                elif joined[b, tt]:
-                    err = 13
-                ea = float(tg)
-                if err == 0:
-                    joined[b, tt] = True
-            elif kd == 6:  # CREATE_POST
-                posts_created[b] += 1
-                followers[b] += 1 + np.int64(reputation[b] // 25)
-                reputation[b] = _fmin(reputation[b] + 0.5, 100.0)
-            elif kd == 7:  # SEND_DM
-                bad = tg < 0 or tg >= k
-                err = 15 if bad else 0
-                ea = float(tg)
-                if not bad:
-                    dms_sent[b] += 1
-        success = err == 0
-        # Holding, joining, posting and DMs leave cash, shares and positions alone: equity is still eq0.
-        if kd == 0 or kd >= 5:
-            eq_mid = eq0
-        else:
-            eq_mid = _equity(b, m, np_, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side,
-                             pos_entry, pos_margin, pos_notional, perp_price, buf)
-        expo = _exposure(b, m, np_, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_notional, perp_price,
-                         buf)
-        out_f[0, b] = ea
-        out_f[1, b] = eb
-        out_f[2, b] = r_shares
-        out_f[3, b] = r_usd
-        out_f[4, b] = r_fee
-        out_f[5, b] = eq0
-        out_f[8, b] = expo / _fmax(eq_mid, 1e-9)
-        out_f[9, b] = float(leverage[b]) if kd == 3 else 0.0
-        out_i[0, b] = err
-        out_b[0, b] = success
-        out_b[1, b] = success and (kd == 1 or kd == 3)
-
-        # ------------------------------------------------------------------ the world's tick
-        now = tick[b] + 1
-        kb = key[b]
+        eq0 = _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i,
+                            out_b, buf)
+        now = s.tick[b] + 1
+        key = s.key[b]
         su = _U64(now) * _S16
-        for j in range(m):
-            opening = pm_no[b, j] / (pm_yes[b, j] + pm_no[b, j])
-            lmove[j] = opening - pm_last_price[b, j]
-            pm_last_price[b, j] = opening
-
-        # _advance_perps
-        for t in range(np_):
-            z = _normal(_uniform_at(kb, su, o_perp + t), _uniform_at(kb, su, o_perp + np_ + t))
-            ret[t] = sigma_drift + sigma * z
-        fire = narr_active[b] and narr_tick[b] <= now
-        if fire:
-            tk = narr_ticker[b]
-            ret[tk] += narr_sign[b] * narr_mag[b]
-            _ring6(news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal, b,
-                   now, 2, tk, 0, 0, np.int64(narr_sign[b]))
-            perp_news_acc[b, tk] = 0.0
-            narr_active[b] = False
-        for t in range(np_):
-            perp_prev_price[b, t] = perp_price[b, t]
-            perp_price[b, t] *= math.exp(ret[t])
-            perp_ema[b, t] += 0.08 * (perp_price[b, t] - perp_ema[b, t])
-            perp_news_acc[b, t] *= _PERP_NEWS_DECAY
-        if narr_active[b] and _uniform_at(kb, su, o_leak) < _LEAK_RATE:
-            sgn = narr_sign[b] if _uniform_at(kb, su, o_leak + 1) < _LEAK_RELIABILITY else -narr_sign[b]
-            tk = narr_ticker[b]
-            perp_news_acc[b, tk] += sgn * leak_weight
-            _ring6(news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal, b,
-                   now, 1, tk, 0, 2, np.int64(sgn))
-        if not narr_active[b] and not fire and _uniform_at(kb, su, o_narr) < narrative_rate:
-            narr_active[b] = True
-            narr_ticker[b] = np.int64(math.floor(_uniform_at(kb, su, o_narr + 1) * np_))
-            narr_sign[b] = 1.0 if _uniform_at(kb, su, o_narr + 2) < 0.5 else -1.0
-            narr_tick[b] = now + 6 + np.int64(math.floor(_uniform_at(kb, su, o_narr + 3) * 15))
-            narr_mag[b] = 0.04 + 0.08 * _uniform_at(kb, su, o_narr + 4)
-
-        # _funding_and_liquidation
-        if now % funding_interval == 0:
-            for t in range(np_):
-                rate = 1e-4 + 0.05 * math.log(perp_price[b, t] / perp_ema[b, t])
-                perp_funding[b, t] = _fmin(_fmax(rate, -3e-3), 3e-3)
-                s = pos_side[b, t]
-                current = pos_notional[b, t] * perp_price[b, t] / (pos_entry[b, t] if s != 0 else 1.0)
-                payment[t] = s * current * perp_funding[b, t]
-                pos_margin[b, t] -= payment[t]
-            house_cash[b] += _psum(payment, np_)
-        n_hit = 0
-        for t in range(np_):
-            s = pos_side[b, t]
-            lev = pos_leverage[b, t] if s != 0 else 1.0
-            entry = pos_entry[b, t]
-            liq_long = entry * (1.0 - 0.9 / lev)
-            liq_short = entry * (1.0 + 0.9 / lev)
-            px = perp_price[b, t]
-            h = (s == 1 and px <= liq_long) or (s == -1 and px >= liq_short)
-            e1 = entry if s != 0 else 1.0
-            upnl = s * (px / e1 - 1.0) * pos_notional[b, t]
-            h = h or (s != 0 and pos_margin[b, t] + upnl <= 0)
-            hit[t] = h
-            n_hit += 1 if h else 0
-        if n_hit:
-            house0 = house_cash[b]
-            realized0 = realized_pnl[b]
-            for t in range(np_):
-                if hit[t]:
-                    _settle(b, t, True, fee_rate, min_fee, cash, fees_paid, fees_collected, house_cash,
-                            realized_pnl, pos_side, pos_notional, pos_entry, pos_leverage, pos_margin, perp_price,
-                            house0, realized0)
-        out_i[2, b] = n_hit
-
-        # _npc_trades. Each NPC spends on one market (npc_mk) on one side (npc_buys_yes); the engine's
-        # per-market matrices add exact zeros everywhere else, which leave the sums and holdings as they are.
-        for j in range(m):
-            tot_yes[j] = 0.0
-            tot_no[j] = 0.0
-        for i in range(k):
-            a_i = 0.0
-            mk = 0
-            side_yes = True
-            if _uniform_at(kb, su, o_npc + i) < npc_trade_rate:
-                mk = min(np.int64(math.floor(_uniform_at(kb, su, o_npc + k + i) * m)), m - 1)
-                bh = beh[i]
-                if bh == _INFORMED or bh == _DECEIVER:  # noqa: SIM109 (a plain comparison for numba)
-                    price = pm_no[b, mk] / (pm_yes[b, mk] + pm_no[b, mk])
-                    z = _normal(_uniform_at(kb, su, o_npc + 2 * k + i), _uniform_at(kb, su, o_npc + 3 * k + i))
-                    gap = pm_truth[b, mk] + _INFORMED_NOISE * z - price
-                    side_yes = gap > 0
-                    size = _fmin(_fmax(2500.0 * (abs(gap) - 0.02), 0.0), 400.0) * (0.5 if bh == _DECEIVER else 1.0)
-                elif bh == _MOMENTUM:
-                    move = lmove[mk]
-                    side_yes = move > 0
-                    size = 50.0 + 100.0 * _uniform_at(kb, su, o_npc + 5 * k + i) if abs(move) > 1e-4 else 0.0
-                else:
-                    side_yes = _uniform_at(kb, su, o_npc + 4 * k + i) < 0.5
-                    size = 20.0 + 180.0 * _uniform_at(kb, su, o_npc + 5 * k + i)
-                a_i = _fmin(size, npc_cash[b, i])
-            amt[i] = a_i
-            npc_mk[i] = mk
-            npc_buys_yes[i] = side_yes
-        if k_pairwise:  # one market: numpy sums the NPC axis pairwise
-            for i in range(k):
-                kbuf[i] = amt[i] if npc_buys_yes[i] else 0.0
-            tot_yes[0] = _psum(kbuf, k)
-            for i in range(k):
-                kbuf[i] = 0.0 if npc_buys_yes[i] else amt[i]
-            tot_no[0] = _psum(kbuf, k)
-        else:
-            for i in range(k):
-                if npc_buys_yes[i]:
-                    tot_yes[npc_mk[i]] += amt[i]
-                else:
-                    tot_no[npc_mk[i]] += amt[i]
-        for i in range(k):
-            npc_cash[b, i] -= amt[i]
-        for j in range(m):
-            pm_npc_flow[b, j] = (tot_yes[j] - tot_no[j]) / liq
-        yes_first = now % 2 == 0
-        for phase in range(2):
-            buy_yes = yes_first if phase == 0 else not yes_first
-            for j in range(m):
-                spend = tot_yes[j] if buy_yes else tot_no[j]
-                fee = fee_rate * spend
-                net = spend - fee
-                same = pm_yes[b, j] if buy_yes else pm_no[b, j]
-                other = pm_no[b, j] if buy_yes else pm_yes[b, j]
-                kk_ = same * other
-                new_other = other + net
-                new_same = kk_ / new_other
-                shares = same + net - new_same
-                if not spend > 0:  # markets nobody bought in keep their pools exactly, as in the engine
-                    new_same, new_other = same, other
-                pm_yes[b, j] = new_same if buy_yes else new_other
-                pm_no[b, j] = new_other if buy_yes else new_same
-                pm_collateral[b, j] += net
-                fee_m[j] = fee
-                per_usd[j] = shares / spend if spend > 0 else 0.0
-            fees_collected[b] += _psum(fee_m, m)
-            for i in range(k):
-                if npc_buys_yes[i] == buy_yes:
-                    j = npc_mk[i]
-                    if buy_yes:
-                        npc_yes[b, i, j] += amt[i] * per_usd[j]
-                    else:
-                        npc_no[b, i, j] += amt[i] * per_usd[j]
-
-        # _information
-        for j in range(m):
-            news_acc[b, j] *= _SIGNAL_DECAY
-            post_acc[b, j] *= _SIGNAL_DECAY
-            ts[j] = 1 if pm_outcome[b, j] == 1 else -1
-        for gg in range(group_acc.shape[1]):
-            for j in range(m):
-                group_acc[b, gg, j] *= _SIGNAL_DECAY
-        if _uniform_at(kb, su, o_news) < news_rate:
-            mk = min(np.int64(math.floor(_uniform_at(kb, su, o_news + 1) * m)), m - 1)
-            x = _uniform_at(kb, su, o_news + 2)
-            src = 0
-            for q in range(3):
-                if cf[3 + q] <= x:
-                    src = q + 1
-            src = min(max(src, 0), 2)
-            sgn_i = ts[mk] if _uniform_at(kb, su, o_news + 3) < cf[6 + src] else -ts[mk]
-            news_acc[b, mk] += sgn_i * cf[src]
-            _ring6(news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal, b,
-                   now, 0, mk, pm_serial[b, mk], src, sgn_i)
-        if _uniform_at(kb, su, o_post) < post_rate:
-            author = min(np.int64(math.floor(_uniform_at(kb, su, o_post + 1) * k)), k - 1)
-            mk = min(np.int64(math.floor(_uniform_at(kb, su, o_post + 2) * m)), m - 1)
-            bh = beh[author]
-            honesty = 0.8 if bh == _INFORMED else (0.2 if bh == _DECEIVER else 0.5)
-            sgn_i = ts[mk] if _uniform_at(kb, su, o_post + 3) < honesty else -ts[mk]
-            credibility = _fmin(_fmax((npc_rep[b, author] - 50.0) / 50.0, -1.0), 1.0)
-            post_acc[b, mk] += sgn_i * credibility
-            npc_claims[b, author, mk] += sgn_i
-            _ring5(post_count, post_tick, post_author, post_target, post_serial, post_signal, b,
-                   now, author, mk, pm_serial[b, mk], sgn_i)
-        for grp in range(g):
-            if _uniform_at(kb, su, o_tip + 3 * grp) < tip_rate:
-                mk = min(np.int64(math.floor(_uniform_at(kb, su, o_tip + 3 * grp + 1) * m)), m - 1)
-                sgn_i = ts[mk] if _uniform_at(kb, su, o_tip + 3 * grp + 2) < cf[12 + grp] else -ts[mk]
-                group_acc[b, grp, mk] += sgn_i * cf[9 + grp]
-                _ring5(tip_count, tip_tick, tip_group, tip_target, tip_serial, tip_signal, b,
-                       now, grp, mk, pm_serial[b, mk], sgn_i)
-        tick[b] = now
-
-        # _resolve_markets
-        n_due = 0
-        for j in range(m):
-            n_due += 1 if pm_resolve_tick[b, j] <= now else 0
-        if n_due == 0:
-            # The engine adds zero sums to these; adding 0.0 keeps a -0.0 turning into 0.0 as it does there.
-            cash[b] += 0.0
-            realized_pnl[b] += 0.0
-            for i in range(k):
-                npc_cash[b, i] += 0.0
-                npc_rep[b, i] = _fmin(_fmax(npc_rep[b, i] + 0.0, 0.0), 100.0)
-            house_cash[b] += 0.0
-            out_i[1, b] = 0
-            out_f[10, b] = 0.0
-        else:
-            _resolve_and_reopen(b, now, m, k, k_pairwise, liq, dmin, dmax, key, due, ap, buf, npc_pay, npc_pay_m, kbuf,
-                                u4, out_i, out_f, n_due, pm_yes, pm_no, pm_collateral, pm_house_yes, pm_house_no,
-                                pm_truth, pm_outcome, pm_open_tick, pm_resolve_tick, pm_serial, pm_last_price,
-                                pm_npc_flow, next_serial, cash, hold_yes, hold_no, cost_yes, cost_no, realized_pnl,
-                                npc_cash, npc_yes, npc_no, npc_rep, npc_claims, news_acc, post_acc, group_acc,
-                                house_cash)
-
-        eq1 = _equity(b, m, np_, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry,
-                      pos_margin, pos_notional, perp_price, buf)
-        out_f[6, b] = eq1
-        out_f[7, b] = eq1 - eq0
-        out_b[2, b] = eq1 < min_fee
+        _mark_prices(b, s, m, lmove)
+        _advance_perps(b, s, pf, pi, cf, now, key, su, ret)
+        out_i[_LIQUIDATED, b] = _funding_and_liquidation(b, s, pf, pi, now, payment, hit)
+        _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd, fee_m, amt, kbuf, npc_mk,
+                    npc_buys_yes)
+        _information(b, s, pf, pi, beh, cf, now, key, su, ts)
+        s.tick[b] = now
+        _resolve_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4, out_i,
+                         out_f)
+        eq1 = _equity_of(b, s, pf, pi, buf)
+        out_f[_EQUITY_AFTER, b] = eq1
+        out_f[_PNL_DELTA, b] = eq1 - eq0
+        out_b[_BANKRUPT, b] = eq1 < pf[_MIN_FEE]
     return True
 
 
-_STATE_FIELDS = tuple(f.name for f in fields(WorldState))
+_STATE_FIELDS = WorldArrays._fields
 _state_arrays = operator.attrgetter(*_STATE_FIELDS)
-_KERNEL_PY = getattr(_kernel, "py_func", _kernel)
-if tuple(inspect.signature(_KERNEL_PY).parameters)[15:-3] != _STATE_FIELDS:  # pragma: no cover
-    raise ImportError("rlaif_gym.sim.fast._kernel's parameters no longer match WorldState's fields")
 
 # ---------------------------------------------------------------------------------------------
 # The packed state. A compiled call pays for every array argument it unboxes (about 0.1-0.2 us
-# each: 86 state arrays cost more than a one-world step's compiled work), so the compiled backend
+# each: 73 state arrays cost more than a one-world step's compiled work), so the compiled backend
 # keeps a state's arrays as views of four flat buffers (float64, int64, uint64, bool) and passes
-# those plus a table of offsets and shapes; the kernels rebuild the views inside compiled code.
+# those plus a table of offsets and shapes; `_state_views` rebuilds the views inside compiled code.
 
 _PACK_KINDS = {"f": np.float64, "i": np.int64, "u": np.uint64, "b": np.bool_}
-_PACKED_LAYOUT = (
-    ("i", 1), ("u", 1), ("f", 2), ("f", 2), ("f", 2), ("f", 2), ("f", 2), ("f", 2),
-    ("i", 2), ("i", 2), ("i", 2), ("i", 2), ("f", 2), ("f", 2), ("i", 1), ("f", 1),
-    ("f", 2), ("f", 2), ("f", 2), ("f", 2), ("f", 1), ("f", 1), ("f", 2), ("f", 2),
-    ("f", 2), ("f", 2), ("i", 2), ("f", 2), ("f", 2), ("f", 2), ("f", 2), ("i", 2),
-    ("i", 1), ("b", 1), ("i", 1), ("f", 1), ("i", 1), ("f", 1), ("f", 2), ("f", 3),
-    ("f", 3), ("f", 2), ("f", 3), ("f", 2), ("f", 2), ("f", 3), ("f", 2), ("b", 2),
-    ("i", 1), ("i", 1), ("i", 1), ("f", 1), ("i", 1), ("i", 2), ("i", 2), ("i", 2),
-    ("i", 2), ("i", 2), ("i", 2), ("i", 1), ("i", 2), ("i", 2), ("i", 2), ("i", 2),
-    ("i", 2), ("i", 1), ("i", 2), ("i", 2), ("i", 2), ("i", 2), ("i", 2), ("f", 1),
-    ("f", 1),
-)
-"""(dtype kind, ndim) of each WorldState field, in field order: what `_unpacked_kernel` rebuilds."""
-if len(_PACKED_LAYOUT) != len(_STATE_FIELDS):  # pragma: no cover
-    raise ImportError("rlaif_gym.sim.fast._PACKED_LAYOUT no longer matches WorldState's fields")
+_BUFFER_OF_KIND = {"f": "fb", "i": "ib", "u": "kb", "b": "bb"}
+_PACKED_LAYOUT = tuple((spec.dtype.kind, 1 + len(spec.dims)) for spec in field_specs())
+"""(dtype kind, ndim) of each WorldState field, in field order, from its declaration (`sim.state.field_specs`)."""
 
 
 def packed(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -1075,140 +1202,128 @@ def packed(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return result
 
 
-@_jit_inline
-def _v1(buf, tab, i, nb):
-    o = tab[i, 0]
-    return buf[o:o + nb]
+def _slice_view(buf, offset, shape):
+    """A C-contiguous `shape` view of buf[offset:] (numba's slice and reshape; `_view`'s fallback)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return buf[offset:offset + n].reshape(shape)
 
 
-@_jit_inline
-def _v2(buf, tab, i, nb):
-    o, d1 = tab[i, 0], tab[i, 1]
-    return buf[o:o + nb * d1].reshape((nb, d1))
+def _view_intrinsic():
+    """`_view` as a numba intrinsic: the array struct written directly (data pointer, shape, C strides).
+
+    Building the state's 73 views with slicing and `reshape` was most of the compile time of every kernel that
+    builds them (about 40 ms of numba's time per view; the intrinsic's codegen is a few instructions). It uses
+    numba's array-model helpers, which have kept their names since numba 0.49; where they have moved, the
+    fallback is `_slice_view`, the same views compiled more slowly."""
+    try:
+        from numba.core import cgutils
+        from numba.core import types as nb_types
+        from numba.core.imputils import impl_ret_borrowed
+        from numba.extending import intrinsic
+        from numba.np.arrayobj import make_array, populate_array
+    except ImportError:  # pragma: no cover - a numba that moved its internals
+        return None
+
+    @intrinsic
+    def view(typingctx, buf, offset, shape):
+        result = nb_types.Array(buf.dtype, len(shape), "C")
+
+        def codegen(context, builder, signature, args):
+            buf_value, offset_value, shape_value = args
+            source = make_array(signature.args[0])(context, builder, buf_value)
+            out = make_array(result)(context, builder)
+            itemsize = context.get_constant(nb_types.intp,
+                                            context.get_abi_sizeof(context.get_data_type(result.dtype)))
+            dims = cgutils.unpack_tuple(builder, shape_value, len(shape))
+            strides, step = [], itemsize
+            for d in reversed(dims):
+                strides.insert(0, step)
+                step = builder.mul(step, d)
+            populate_array(out, data=builder.gep(source.data, [offset_value]), shape=dims, strides=strides,
+                           itemsize=itemsize, meminfo=source.meminfo, parent=source.parent)
+            return impl_ret_borrowed(context, builder, result, out._getvalue())
+
+        return result(buf, offset, shape), codegen
+
+    return view
 
 
-@_jit_inline
-def _v3(buf, tab, i, nb):
-    o, d1, d2 = tab[i, 0], tab[i, 1], tab[i, 2]
-    return buf[o:o + nb * d1 * d2].reshape((nb, d1, d2))
+if numba is not None:
+    _view = _view_intrinsic() or _jit_view(_slice_view)
+
+
+def _state_views_source() -> str:
+    """The source of `_state_views`: one view per WorldState field, written out from `_PACKED_LAYOUT`.
+
+    numba cannot build a tuple of differently typed arrays in a loop, so the constructor call is generated
+    from the field declarations (our own names and numbers, nothing from outside the package)."""
+    dims = ("(nb,)", "(nb, tab[{i}, 1])", "(nb, tab[{i}, 1], tab[{i}, 2])")
+    views = ",\n".join(f"        {name}=_view({_BUFFER_OF_KIND[kind]}, tab[{i}, 0], {dims[ndim - 1].format(i=i)})"
+                       for i, (name, (kind, ndim)) in enumerate(zip(_STATE_FIELDS, _PACKED_LAYOUT, strict=True)))
+    return ("def _state_views(fb, ib, kb, bb, tab):\n"
+            '    """The WorldArrays of a packed state (`packed`): views of its buffers, no copies."""\n'
+            "    nb = tab[tab.shape[0] - 1, 0]\n"
+            f"    return WorldArrays(\n{views},\n    )\n")
+
+
+exec(compile(_state_views_source(), __file__, "exec"), globals())  # the source is built from field_specs
+_state_views = _jit_view(_state_views)  # noqa: F821 (defined by the exec above)
 
 
 def scratch(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The float, int and bool scratch `_kernel` needs for the world sizes in pi (`_param_arrays`' pi).
     Its size does not depend on the number of worlds."""
-    m, np_, k = int(pi[0]), int(pi[1]), int(pi[2])
+    m, np_, k = int(pi[_NUM_MARKETS]), int(pi[_NUM_PERPS]), int(pi[_NUM_NPCS])
     return (np.empty(4 + max(m, np_, k, 8) + 2 * np_ + 7 * m + 2 * k + k * m), np.empty(m + k, dtype=np.int64),
             np.empty(np_ + m + k, dtype=np.bool_))
 
 
-@_jit_flat
-def _unpacked_kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
-                     out_f, out_i, out_b, fb, ib, kb, bb, tab, sf, si, sb):
-    """`_kernel` on a packed state (see `packed`); sf, si, sb from `scratch`."""
-    nb = tab[tab.shape[0] - 1, 0]
-    tick = _v1(ib, tab, 0, nb)
-    key = _v1(kb, tab, 1, nb)
-    pm_yes = _v2(fb, tab, 2, nb)
-    pm_no = _v2(fb, tab, 3, nb)
-    pm_collateral = _v2(fb, tab, 4, nb)
-    pm_house_yes = _v2(fb, tab, 5, nb)
-    pm_house_no = _v2(fb, tab, 6, nb)
-    pm_truth = _v2(fb, tab, 7, nb)
-    pm_outcome = _v2(ib, tab, 8, nb)
-    pm_open_tick = _v2(ib, tab, 9, nb)
-    pm_resolve_tick = _v2(ib, tab, 10, nb)
-    pm_serial = _v2(ib, tab, 11, nb)
-    pm_last_price = _v2(fb, tab, 12, nb)
-    pm_npc_flow = _v2(fb, tab, 13, nb)
-    next_serial = _v1(ib, tab, 14, nb)
-    cash = _v1(fb, tab, 15, nb)
-    hold_yes = _v2(fb, tab, 16, nb)
-    hold_no = _v2(fb, tab, 17, nb)
-    cost_yes = _v2(fb, tab, 18, nb)
-    cost_no = _v2(fb, tab, 19, nb)
-    realized_pnl = _v1(fb, tab, 20, nb)
-    fees_paid = _v1(fb, tab, 21, nb)
-    perp_price = _v2(fb, tab, 22, nb)
-    perp_prev_price = _v2(fb, tab, 23, nb)
-    perp_ema = _v2(fb, tab, 24, nb)
-    perp_funding = _v2(fb, tab, 25, nb)
-    pos_side = _v2(ib, tab, 26, nb)
-    pos_notional = _v2(fb, tab, 27, nb)
-    pos_entry = _v2(fb, tab, 28, nb)
-    pos_leverage = _v2(fb, tab, 29, nb)
-    pos_margin = _v2(fb, tab, 30, nb)
-    pos_serial = _v2(ib, tab, 31, nb)
-    next_pos_serial = _v1(ib, tab, 32, nb)
-    narr_active = _v1(bb, tab, 33, nb)
-    narr_ticker = _v1(ib, tab, 34, nb)
-    narr_sign = _v1(fb, tab, 35, nb)
-    narr_tick = _v1(ib, tab, 36, nb)
-    narr_mag = _v1(fb, tab, 37, nb)
-    npc_cash = _v2(fb, tab, 38, nb)
-    npc_yes = _v3(fb, tab, 39, nb)
-    npc_no = _v3(fb, tab, 40, nb)
-    npc_rep = _v2(fb, tab, 41, nb)
-    npc_claims = _v3(fb, tab, 42, nb)
-    news_acc = _v2(fb, tab, 43, nb)
-    post_acc = _v2(fb, tab, 44, nb)
-    group_acc = _v3(fb, tab, 45, nb)
-    perp_news_acc = _v2(fb, tab, 46, nb)
-    joined = _v2(bb, tab, 47, nb)
-    posts_created = _v1(ib, tab, 48, nb)
-    dms_sent = _v1(ib, tab, 49, nb)
-    followers = _v1(ib, tab, 50, nb)
-    reputation = _v1(fb, tab, 51, nb)
-    news_count = _v1(ib, tab, 52, nb)
-    news_tick = _v2(ib, tab, 53, nb)
-    news_kind = _v2(ib, tab, 54, nb)
-    news_target = _v2(ib, tab, 55, nb)
-    news_serial = _v2(ib, tab, 56, nb)
-    news_source = _v2(ib, tab, 57, nb)
-    news_signal = _v2(ib, tab, 58, nb)
-    post_count = _v1(ib, tab, 59, nb)
-    post_tick = _v2(ib, tab, 60, nb)
-    post_author = _v2(ib, tab, 61, nb)
-    post_target = _v2(ib, tab, 62, nb)
-    post_serial = _v2(ib, tab, 63, nb)
-    post_signal = _v2(ib, tab, 64, nb)
-    tip_count = _v1(ib, tab, 65, nb)
-    tip_tick = _v2(ib, tab, 66, nb)
-    tip_group = _v2(ib, tab, 67, nb)
-    tip_target = _v2(ib, tab, 68, nb)
-    tip_serial = _v2(ib, tab, 69, nb)
-    tip_signal = _v2(ib, tab, 70, nb)
-    house_cash = _v1(fb, tab, 71, nb)
-    fees_collected = _v1(fb, tab, 72, nb)
-    return _kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b,
-                   out_f, out_i, out_b,
-                   tick, key, pm_yes, pm_no, pm_collateral, pm_house_yes, pm_house_no, pm_truth, pm_outcome,
-                   pm_open_tick, pm_resolve_tick, pm_serial, pm_last_price, pm_npc_flow, next_serial,
-                   cash, hold_yes, hold_no, cost_yes, cost_no, realized_pnl, fees_paid,
-                   perp_price, perp_prev_price, perp_ema, perp_funding, pos_side, pos_notional, pos_entry,
-                   pos_leverage, pos_margin, pos_serial, next_pos_serial,
-                   narr_active, narr_ticker, narr_sign, narr_tick, narr_mag,
-                   npc_cash, npc_yes, npc_no, npc_rep, npc_claims,
-                   news_acc, post_acc, group_acc, perp_news_acc,
-                   joined, posts_created, dms_sent, followers, reputation,
-                   news_count, news_tick, news_kind, news_target, news_serial, news_source, news_signal,
-                   post_count, post_tick, post_author, post_target, post_serial, post_signal,
-                   tip_count, tip_tick, tip_group, tip_target, tip_serial, tip_signal,
-                   house_cash, fees_collected, sf, si, sb)
+def _call_variant(entry: str, flat: tuple[str, ...]):
+    """A second compiled copy of the world step, entered at `entry`, whose small helpers are real calls.
+
+    Why: numba inlines a `_jit_inline` helper by copying it into every call site of its caller's IR, and
+    types the copy again: that is most of the world kernel's compile time (the world step inlines about 100
+    sites), and it makes the numeric face's hot loops fast. The text face steps one world per LLM call, where
+    a real call costs nothing measurable, so it runs a copy of the kernel whose small helpers are real calls:
+    the same code, the same arithmetic in the same order (so the same bits: tests/envs/test_fused.py compares
+    the two paths step by step), compiled in about half the time (docs/benchmarks.md ("Time to first step")).
+    The phases (`_jit_phase`) stay inlined, once each, and are copied too so that their helpers are the calls.
+    Every copy shares one globals dict, which numba reads when it compiles (at the first call).
+    """
+    if numba is None:
+        return globals()[entry]
+    names = dict(globals())
+
+    def copy(fn, suffix: str, namespace: dict):
+        dup = types.FunctionType(fn.__code__, namespace, fn.__name__ + suffix, fn.__defaults__, fn.__closure__)
+        dup.__qualname__, dup.__doc__ = dup.__name__, fn.__doc__  # numba keys its on-disk cache by the qualified name
+        return dup
+
+    for name in _INLINED:  # a standalone copy of each helper, its own helpers still inlined into it
+        names[name] = _njit(copy(globals()[name].py_func, "_call", globals()), _nrt=False)
+    for name in _PHASES:
+        names[name] = _njit(copy(globals()[name].py_func, "_calls", names), inline="always")
+    for name in flat:
+        fn = globals()[name]
+        names[name] = _njit(copy(getattr(fn, "py_func", fn), "_calls", names), _nrt=False)
+    return names[entry]
 
 
-# The world step with real calls to its helpers (see `_rebound`): what `step` runs (the text face, and the
-# numeric face's unfused paths); the fused numeric step (envs/fused.py) keeps `_unpacked_kernel`, all inlined.
-_CALLED = {name: _rebound(globals()[name], f"{name}_call", {})
-           for name in _INLINED if name not in ("_v1", "_v2", "_v3")}  # views of a buffer stay inlined (no NRT)
-_resolve_and_reopen_calls = _rebound(_resolve_and_reopen, "_resolve_and_reopen_calls", _CALLED)
-_kernel_calls = _rebound(_kernel, "_kernel_calls", {**_CALLED, "_resolve_and_reopen": _resolve_and_reopen_calls})
-_unpacked_kernel_calls = _rebound(_unpacked_kernel, "_unpacked_kernel_calls", {"_kernel": _kernel_calls})
+# The world step with real calls to its small helpers (see `_call_variant`): what `step` runs (the text face, and
+# the numeric face's unfused paths); the fused numeric step (envs/fused.py) calls `_kernel`, all inlined.
+_kernel_calls = _call_variant("_kernel", ("_resolve_and_reopen", "_kernel"))
 
 
 @functools.lru_cache(maxsize=32)
 def _param_arrays(params: WorldParams):
+    """The kernels' constants for `params`: pf (`_PF`), pi (`_PI`: sizes, then `engine._Cols` offsets), the NPC
+    behaviours, and cf (the feed tables at the `_CF_*` offsets). Read-only: the kernels are specialised on that."""
+    columns = engine._cols(params).offset
     pf = np.array([float(getattr(params, n)) for n in _PF])
-    pi = np.array([int(getattr(params, n)) for n in _PI], dtype=np.int64)
+    pi = np.array([int(getattr(params, n)) for n in _PI[:-len(_COLUMNS)]] + [columns[n] for n in _COLUMNS],
+                  dtype=np.int64)
     beh = engine.npc_behaviours(params)
     src_w = engine._SOURCE_WEIGHT
     cum = np.cumsum(engine._NEWS_SOURCE_PROBS)
@@ -1241,10 +1356,10 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine
             out_f, out_i, out_b, *packed(state), *scratch(pi))
     global _warm
     if _warm:
-        ok = _unpacked_kernel_calls(*args)
+        ok = _kernel_calls(*args)
     else:
-        with compile_notice(_unpacked_kernel_calls):
-            ok = _unpacked_kernel_calls(*args)
+        with compile_notice(_kernel_calls):
+            ok = _kernel_calls(*args)
         _warm = True
     if not ok:
         raise InvalidActionError(f"ActionBatch.kind must hold ActionType codes 0..{_MAX_KIND}, "
