@@ -2,7 +2,7 @@
 
     python benchmarks/bench_collector.py [--seconds 5] [--ks 8 64 256] [--no-http] [--smoke]
                                          [--budget 300] [--profile] [--backend numba]
-                                         [--server process|thread]
+                                         [--server process|thread] [--processes 2] [--fast-ms 5]
 
 For each K (episodes in flight = LLM calls in flight = K) one collection, `RolloutCollector(...,
 num_envs=K, max_concurrent_calls=K).collect(episodes=K, seed=0)` with no sink, runs `K` episodes
@@ -27,6 +27,13 @@ Three paths:
 `--server thread` it includes the server threads, which share the interpreter). The event loop is one thread: once
 K * (cpu ms/tick) exceeds the mean latency (1000 * 0.05 / K ms of CPU per tick is the most the ideal
 allows), the CPU, not the model, bounds throughput; the second table shows both numbers.
+
+Two more rows speak for a GPU model server. `--fast-ms 5` (the default) repeats the http path at the largest
+K against a server that answers in 4-6 ms, where the collector, not the model, sets the pace.
+`--processes N` (default 2, 0 to skip) runs the http path with the episodes spread over N worker processes
+(`RayBackend` on a local Ray instance: each worker has its own event loop and HTTP client; the driver
+receives the trajectories): its `cpu ms/tick` is the driver's alone, and the workers' resident memory is
+reported. The header gives the CPU model and the load average before and after the run.
 
 The whole run keeps to `--budget` seconds: a measurement that would not fit is reported as skipped.
 `--smoke` (for CI) runs K=4 with 3 ticks on both paths in a few seconds; its numbers mean nothing.
@@ -201,14 +208,18 @@ class ProcessLatencyServer:
     """`LatencyServer` in a process of its own (`python bench_collector.py --serve`), as a model server is:
     its CPU is not this process's. The same `base_url`, `requests` and `errors` (read over HTTP)."""
 
+    def __init__(self, latency_s: float = LATENCY_S, jitter_s: float = JITTER_S) -> None:
+        self.latency_s, self.jitter_s = latency_s, jitter_s
+
     def __enter__(self) -> ProcessLatencyServer:
-        self._proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"], stdout=subprocess.PIPE,
-                                      text=True)
+        self._proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", "--serve-latency",
+                                       str(self.latency_s), str(self.jitter_s)], stdout=subprocess.PIPE, text=True)
         line = self._proc.stdout.readline().strip() if self._proc.stdout else ""
         if not line.startswith("http://127.0.0.1:"):
             self._proc.kill()
             raise RuntimeError(f"the server process did not start (it said {line!r})")
         self.base_url = line
+        self.pid = self._proc.pid
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -231,11 +242,11 @@ class ProcessLatencyServer:
         return list(self._stats()["errors"])
 
 
-def serve() -> int:
+def serve(latency_s: float = LATENCY_S, jitter_s: float = JITTER_S) -> int:
     """The `--serve` mode: run a `LatencyServer`, print its URL, and serve until terminated (or orphaned)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     parent = os.getppid()
-    with LatencyServer(seed=0) as server:
+    with LatencyServer(latency_s, jitter_s, seed=0) as server:
         print(server.base_url, flush=True)
         while os.getppid() == parent:  # the benchmark went away without stopping this process: stop too
             time.sleep(1.0)
@@ -296,6 +307,17 @@ class Result:
     loop_cpu_s: float = 0.0  # CPU of the thread running the event loop
     requests: int | None = None  # HTTP requests the server answered
     skipped: str = ""
+    latency_s: float = MEAN_LATENCY_S  # the model's mean latency on this path
+    workers: int = 1  # processes running the episodes
+    worker_rss_mb: float = 0.0  # their resident memory together (worker processes only)
+    machine_busy_s: float = 0.0  # CPU time of the whole machine during the run (/proc/stat), all processes
+    server_cpu_s: float = 0.0  # CPU time of the model server's process during the run
+    base_path: str = ""  # the single-process path this row is compared with
+
+    @property
+    def machine_cpu_ms_per_tick(self) -> float:
+        """CPU per tick of everything on the machine but the model server (the collector, Ray's processes)."""
+        return 1000.0 * (self.machine_busy_s - self.server_cpu_s) / self.steps if self.steps else 0.0
 
     @property
     def calls_per_s(self) -> float:
@@ -303,7 +325,7 @@ class Result:
 
     @property
     def ideal(self) -> float:
-        return self.k / MEAN_LATENCY_S
+        return self.k / self.latency_s
 
     @property
     def cpu_ms_per_tick(self) -> float:
@@ -319,15 +341,19 @@ async def _collect(collector: RolloutCollector, agent: LLMAgent, episodes: int) 
 
 
 def run_collection(agent: LLMAgent, k: int, ticks: int, *, episodes: int | None = None,
-                   profile: cProfile.Profile | None = None) -> Result:
+                   profile: cProfile.Profile | None = None, backend: Any = None) -> Result:
     """One in-memory collection of `episodes` (default K) episodes with K in flight.
 
     This is `RolloutCollector(...).collect(episodes, seed=0)` (which is `asyncio.run(collect_async(...))`),
-    with the agent's HTTP client closed inside the same event loop.
+    with the agent's HTTP client closed inside the same event loop. With a `RayBackend` of N workers each
+    worker runs K / N of the episodes in flight.
     """
     episodes = episodes or k
-    collector = RolloutCollector(agent, env_config={"num_ticks": ticks, "backend": BACKEND}, num_envs=k,
-                                 max_concurrent_calls=k, progress=False, run_name=f"bench-k{k}")
+    workers = backend.num_workers if backend is not None else 1
+    per_worker = -(-k // workers)
+    collector = RolloutCollector(agent, env_config={"num_ticks": ticks, "backend": BACKEND}, num_envs=per_worker,
+                                 max_concurrent_calls=per_worker, progress=False, run_name=f"bench-k{k}",
+                                 backend=backend)
     cpu0, loop0 = time.process_time(), time.thread_time()
     if profile is not None:
         profile.enable()
@@ -342,10 +368,11 @@ def run_collection(agent: LLMAgent, k: int, ticks: int, *, episodes: int | None 
                            f"{summary.failed_calls} failed call(s), {summary.steps} of {episodes * ticks} ticks; "
                            f"first errors: {summary.errors[:3]}")
     return Result(path="", k=k, ticks=ticks, steps=summary.steps, calls=summary.llm_calls, wall_s=summary.wall_s,
-                  cpu_s=cpu, loop_cpu_s=loop)
+                  cpu_s=cpu, loop_cpu_s=loop, workers=workers)
 
 
-def choose_ticks(make_agent: Callable[[], LLMAgent], k: int, seconds: float) -> tuple[int, float]:
+def choose_ticks(make_agent: Callable[[], LLMAgent], k: int, seconds: float,
+                 latency_s: float = MEAN_LATENCY_S) -> tuple[int, float]:
     """Episode length for a run of about `seconds`, from a short pilot (also the warm-up); (ticks, pilot s).
 
     The pilot measures the CPU per tick c; one round of ticks then takes about
@@ -354,25 +381,86 @@ def choose_ticks(make_agent: Callable[[], LLMAgent], k: int, seconds: float) -> 
     start = time.perf_counter()
     pilot = run_collection(make_agent(), min(k, 16), 4)
     c = pilot.cpu_s / pilot.steps
-    per_round = max(MEAN_LATENCY_S + c, k * c)
+    per_round = max(latency_s + c, k * c)
     return max(2, round(seconds / per_round)), time.perf_counter() - start
 
 
 def measure(path: str, make_agent: Callable[[], LLMAgent], k: int, args: argparse.Namespace, deadline: float,
-            server: LatencyServer | None = None) -> Result:
+            server: Any = None, latency_s: float = MEAN_LATENCY_S, backend: Any = None) -> Result:
     if args.smoke:
         ticks = 3
     else:
         # Rough cost of the pilot (a few ms of CPU per tick) plus the run, to keep within the budget.
         if time.perf_counter() + 0.5 + 0.01 * 4 * min(k, 16) + 1.25 * args.seconds > deadline:
-            return Result(path=path, k=k, skipped="skipped: over --budget")
-        ticks, _ = choose_ticks(make_agent, k, args.seconds)
+            return Result(path=path, k=k, skipped="skipped: over --budget", latency_s=latency_s)
+        ticks, _ = choose_ticks(make_agent, k, args.seconds, latency_s)
+        if backend is not None:  # the pilot ran in this process: the workers share the load, and a longer run
+            ticks = max(2, round(2 * ticks * backend.num_workers))  # spreads the workers' start over more ticks
     before = server.requests if server is not None else 0
-    result = run_collection(make_agent(), k, ticks)
-    result.path = path
+    busy0, server0 = machine_busy_s(), process_cpu_s(getattr(server, "pid", None))
+    result = run_collection(make_agent(), k, ticks, backend=backend)
+    result.machine_busy_s = machine_busy_s() - busy0
+    result.server_cpu_s = process_cpu_s(getattr(server, "pid", None)) - server0
+    result.path, result.latency_s, result.base_path = path, latency_s, path.rsplit(", ", 1)[0] if backend else path
+    if backend is not None:
+        result.worker_rss_mb = worker_rss_mb()
     if server is not None:
         result.requests = server.requests - before
     return result
+
+
+def worker_rss_mb() -> float:
+    """Resident memory of the local Ray instance's worker processes together, MB (Linux /proc; 0 elsewhere)."""
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else []):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if not f.read().startswith(b"ray::"):
+                    continue
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError):
+            continue
+    return total / 2**20
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy since boot (all CPUs, /proc/stat; 0 where there is none)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process `pid` (Linux /proc; 0 for None or elsewhere)."""
+    if pid is None:
+        return 0.0
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
 
 def warm_up(make_agent: Callable[[], LLMAgent]) -> None:
@@ -408,33 +496,39 @@ def profile_top(make_agent: Callable[[], LLMAgent], k: int, ticks: int, top: int
 
 # -- reporting ----------------------------------------------------------------------------------
 
-HEADER = "| path | K | calls/s | ideal calls/s | ratio | cpu ms/tick |"
+HEADER = ("| path | K | model latency ms | calls/s | the model's pace, K / latency | ratio | cpu ms/tick "
+          "| CPU-bound ceiling, calls/s per core |")
 
 
 def main_table(results: list[Result]) -> str:
-    lines = [HEADER, "|---|---:|---:|---:|---:|---:|"]
+    lines = [HEADER, "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
+        ms = f"{1000 * r.latency_s:g}"
         if r.skipped:
-            lines.append(f"| {r.path} | {r.k} | {r.skipped} | {r.ideal:.0f} | - | - |")
+            lines.append(f"| {r.path} | {r.k} | {ms} | {r.skipped} | {r.ideal:.0f} | - | - | - |")
         else:
-            lines.append(f"| {r.path} | {r.k} | {r.calls_per_s:.1f} | {r.ideal:.0f} | {r.calls_per_s / r.ideal:.3f} "
-                         f"| {r.cpu_ms_per_tick:.2f} |")
+            ceiling = 1000.0 / r.cpu_ms_per_tick if r.cpu_ms_per_tick and r.workers == 1 else None
+            cpu = f"{r.cpu_ms_per_tick:.2f}{'' if r.workers == 1 else ' (driver)'}"
+            lines.append(f"| {r.path} | {r.k} | {ms} | {r.calls_per_s:.1f} | {r.ideal:.0f} "
+                         f"| {r.calls_per_s / r.ideal:.3f} | {cpu} | {'-' if ceiling is None else f'{ceiling:.0f}'} |")
     return "\n".join(lines)
 
 
 def detail_table(results: list[Result]) -> str:
     lines = ["| path | K | ticks/episode | ticks | wall s | loop-thread cpu ms/tick | cpu ms/tick "
-             "| CPU the ideal allows, ms/tick (1000*0.05/K) | CPU-bound max calls/s (1000 / cpu ms/tick) "
-             "| http requests |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| CPU the ideal allows, ms/tick (1000 * latency / K) | CPU-bound max calls/s (1000 / cpu ms/tick) "
+             "| http requests | machine cpu ms/tick, all but the server | machine busy | server cpu ms/call |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         if r.skipped:
             continue
-        allowed = 1000.0 * MEAN_LATENCY_S / r.k
-        cpu_max = 1000.0 / r.cpu_ms_per_tick if r.cpu_ms_per_tick else 0.0
+        allowed = 1000.0 * r.latency_s / r.k
+        cpu_max = 1000.0 / r.cpu_ms_per_tick if r.cpu_ms_per_tick and r.workers == 1 else 0.0
         lines.append(f"| {r.path} | {r.k} | {r.ticks} | {r.steps} | {r.wall_s:.2f} | {r.loop_cpu_ms_per_tick:.2f} "
-                     f"| {r.cpu_ms_per_tick:.2f} | {allowed:.2f} | {cpu_max:.0f} "
-                     f"| {'-' if r.requests is None else r.requests} |")
+                     f"| {r.cpu_ms_per_tick:.2f} | {allowed:.2f} | {f'{cpu_max:.0f}' if cpu_max else '-'} "
+                     f"| {'-' if r.requests is None else r.requests} | {r.machine_cpu_ms_per_tick:.2f} "
+                     f"| {r.machine_busy_s / (r.wall_s * (os.cpu_count() or 1)):.0%} "
+                     f"| {1000 * r.server_cpu_s / r.requests if r.requests else 0:.2f} |")
     return "\n".join(lines)
 
 
@@ -453,10 +547,17 @@ def main() -> int:
     parser.add_argument("--server", choices=["process", "thread"], default="process",
                         help="the http path's server: a process of its own (as a model server is) or a thread of "
                              "this one (its CPU then counts in cpu ms/tick)")
+    parser.add_argument("--processes", type=int, default=2,
+                        help="also run the http path at the largest K on this many worker processes (a local Ray "
+                             "instance, the [ray] extra); 0 skips it")
+    parser.add_argument("--fast-ms", type=float, default=5.0,
+                        help="also run the http path at the largest K against a server this fast (mean ms, +-20%%); "
+                             "0 skips it")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the server process itself
+    parser.add_argument("--serve-latency", type=float, nargs=2, default=[LATENCY_S, JITTER_S], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        return serve()
+        return serve(*args.serve_latency)
     global BACKEND
     BACKEND = args.backend
     ks = [4] if args.smoke else sorted(set(args.ks))
@@ -470,7 +571,7 @@ def main() -> int:
     for var in ("NO_PROXY", "no_proxy"):
         os.environ[var] = ",".join(filter(None, [os.environ.get(var, ""), "127.0.0.1"]))
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+    print(f"machine: {cpu_model()}, {os.cpu_count()} CPUs, load average {load_average()} before; "
           f"python {platform.python_version()}, rlaif_gym {rlaif_gym.__version__}, backend {BACKEND}, "
           f"http server: {'own process' if args.server == 'process' else 'a thread of this process'}")
     print(f"LLM latency: uniform [{1000 * LATENCY_S:.0f}, {1000 * (LATENCY_S + JITTER_S):.0f}] ms "
@@ -504,26 +605,28 @@ def main() -> int:
         report(measure("stand-in", stand_in, k, args, deadline))
 
     if not args.no_http:
-        with (ProcessLatencyServer() if args.server == "process" else LatencyServer(seed=0)) as server:
+        servers = [("http", LATENCY_S, JITTER_S, ks)]
+        if args.fast_ms > 0:
+            fast = args.fast_ms / 1000.0
+            servers.append((f"http, {args.fast_ms:g} ms server", 0.8 * fast, 0.4 * fast, ks[-1:]))
+        for path, latency, jitter, server_ks in servers:
+            errors = run_http_paths(path, latency, jitter, server_ks, args, deadline, report)
+            if errors:
+                print(f"the server raised: {errors[:3]}", file=sys.stderr)
+                return 1
 
-            def http() -> LLMAgent:
-                # No retries: a failed call fails the benchmark instead of hiding in the numbers.
-                return OpenAIChatAgent(model="bench", base_url=server.base_url, api_key="bench", logprobs=False,
-                                       timeout=30.0, max_retries=0)
-
-            if not args.smoke:
-                warm_up(http)
-            for k in ks:
-                report(measure("http", http, k, args, deadline, server=server))
-            errors = server.errors
-        if errors:
-            print(f"the server raised: {errors[:3]}", file=sys.stderr)
-            return 1
-
+    print(f"\nload average after: {load_average()}")
     print()
     print(main_table(results))
     print()
     print(detail_table(results))
+    for r in results:
+        if r.workers > 1 and not r.skipped:
+            single = next((q for q in results if q.path == r.base_path and q.k == r.k and not q.skipped), None)
+            if single is not None:
+                print(f"\n{r.path} K={r.k}: {r.calls_per_s / single.calls_per_s:.2f}x the single process "
+                      f"({r.calls_per_s:.1f} against {single.calls_per_s:.1f} calls/s); the {r.workers} workers' "
+                      f"resident memory {r.worker_rss_mb:.0f} MB together (the wall time includes starting them)")
     if args.profile:
         biggest = next((r for r in results if r.path == "in-process" and r.k == ks[-1] and not r.skipped), None)
         if biggest is None:
@@ -532,6 +635,43 @@ def main() -> int:
             print(f"\ncProfile of an untimed in-process run at K={biggest.k} (asyncio plumbing left out)\n")
             print(profile_top(scripted, biggest.k, biggest.ticks))
     return 0
+
+
+def run_http_paths(path: str, latency: float, jitter: float, ks: list[int], args: argparse.Namespace,
+                   deadline: float, report: Callable[[Result], None]) -> list[str]:
+    """The http path at each K against one server (`latency` + uniform [0, `jitter`] s per call), then, with
+    `--processes`, the same at the largest K over worker processes. Returns the errors the server raised."""
+    mean = latency + jitter / 2
+    with (ProcessLatencyServer(latency, jitter) if args.server == "process"
+          else LatencyServer(latency, jitter, seed=0)) as server:
+        base_url = server.base_url
+
+        def http() -> LLMAgent:
+            # No retries: a failed call fails the benchmark instead of hiding in the numbers.
+            return OpenAIChatAgent(model="bench", base_url=base_url, api_key="bench", logprobs=False,
+                                   timeout=30.0, max_retries=0)
+
+        if not args.smoke:
+            warm_up(http)
+        for k in ks:
+            report(measure(path, http, k, args, deadline, server=server, latency_s=mean))
+        if args.processes > 1 and not args.smoke:
+            try:
+                import ray  # noqa: F401 (the [ray] extra)
+
+                from rlaif_gym.rollout.ray_backend import RayBackend
+            except ImportError:
+                print(f"  ({path} on {args.processes} processes skipped: pip install 'rlaif-gym[ray]')", flush=True)
+            else:
+                backend = RayBackend(args.processes, agent_factory=http, init_kwargs={
+                    "num_cpus": os.cpu_count(), "include_dashboard": False, "log_to_driver": False})
+                try:
+                    run_collection(http(), 2 * args.processes, 2, backend=backend)  # starts Ray: untimed
+                    report(measure(f"{path}, {args.processes} processes", http, ks[-1], args, deadline,
+                                   server=server, latency_s=mean, backend=backend))
+                finally:
+                    backend.shutdown()
+        return server.errors
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEADER = "| path | K | calls/s | ideal calls/s | ratio | cpu ms/tick |"
+HEADER = ("| path | K | model latency ms | calls/s | the model's pace, K / latency | ratio | cpu ms/tick "
+          "| CPU-bound ceiling, calls/s per core |")
 
 
 def test_bench_collector_smoke() -> None:
@@ -24,14 +25,17 @@ def test_bench_collector_smoke() -> None:
     paths = {}
     for row in table:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        assert len(cells) == 6, row
+        assert len(cells) == 8, row
         paths[cells[0]] = cells
-    assert set(paths) == {"in-process", "stand-in", "http"}, proc.stdout
+    # The 5 ms server row speaks for a fast GPU server (the worker-process rows are skipped in a smoke run).
+    assert set(paths) == {"in-process", "stand-in", "http", "http, 5 ms server"}, proc.stdout
+    assert paths["http, 5 ms server"][2] == "5" and paths["http"][2] == "50", paths
     for cells in paths.values():
         assert cells[1] == "4", cells
-        assert not cells[2].startswith("skipped"), cells
+        assert not cells[3].startswith("skipped"), cells
         for cell in cells[2:]:
             float(cell)  # a number, whatever its value
+    assert "machine: " in proc.stdout and "load average" in proc.stdout, proc.stdout  # the CPU and load it ran on
     assert "Traceback" not in proc.stderr, proc.stderr
 
 

@@ -33,6 +33,7 @@ from ..sim.multi import Accounts, agent_order, step_agents
 from .behavior import BehaviorTracker
 from .core import check_numeric_action, world_params
 from .glue import check_archetype, check_reply, decode_reply, step_feedback, step_info
+from .rlaif_env import EnvSnapshot
 from .text_env import MAX_PROMPT_CHARS, MAX_REPLY_SAMPLE_CHARS, describe_outcome
 
 __all__ = ["RLAIFMultiAgentEnv"]
@@ -217,24 +218,30 @@ class RLAIFMultiAgentEnv:
 
     # -- state fork ---------------------------------------------------------------------------
 
-    def get_state(self) -> dict[str, Any]:
-        """A deep copy of the episode (world, accounts, live agents, generator, prompts)."""
+    def get_state(self) -> EnvSnapshot:
+        """A snapshot of the episode (world, accounts, live agents, generator, prompts), deep copies, in the
+        single env's `EnvSnapshot` (its `fields` hold the multi-agent bookkeeping); for `set_state` and `fork`."""
         if self.world is None:
             raise ResetNeeded("call reset() before get_state()")
-        return copy.deepcopy({"config": self.config, "face": self.face, "agents_all": self.possible_agents,
-                              "world": self.world, "accounts": self.accounts, "agents": self.agents,
-                              "np_random": self._np_random, "views": self._views, "prompts": self._prompts,
-                              "behavior": self._behavior})
+        fields = {"face": self.face, "agents_all": self.possible_agents, "accounts": self.accounts,
+                  "agents": self.agents, "views": self._views, "prompts": self._prompts, "behavior": self._behavior}
+        return EnvSnapshot(env_class=type(self), config=self.config, world=self.world.copy(),
+                           np_random=copy.deepcopy(self._np_random), np_random_seed=None,
+                           fields=copy.deepcopy(fields))
 
-    def set_state(self, snapshot: Mapping[str, Any]) -> None:
-        """Continue from a `get_state()` snapshot of an env with the same config, face and agents."""
-        if (snapshot["config"], snapshot["face"], snapshot["agents_all"]) != (self.config, self.face,
-                                                                               self.possible_agents):
+    def set_state(self, snapshot: EnvSnapshot) -> None:
+        """Continue from a `get_state()` snapshot of an env with the same config, face and agents (the snapshot
+        itself is not modified, so it can seed any number of branches)."""
+        if not isinstance(snapshot, EnvSnapshot) or not issubclass(snapshot.env_class, RLAIFMultiAgentEnv):
+            raise ConfigError(f"set_state expects the EnvSnapshot that a multi-agent env's get_state() returned, got "
+                              f"{type(snapshot).__name__}")
+        f = snapshot.fields
+        if (snapshot.config, f["face"], f["agents_all"]) != (self.config, self.face, self.possible_agents):
             raise ConfigError("this snapshot comes from a multi-agent env with another config, face or agent list")
-        snap = copy.deepcopy(dict(snapshot))
-        self.world, self.accounts, self.agents = snap["world"], snap["accounts"], snap["agents"]
-        self._np_random, self._views, self._prompts = snap["np_random"], snap["views"], snap["prompts"]
-        self._behavior = snap["behavior"]
+        f = copy.deepcopy(f)
+        self.world, self._np_random = snapshot.world.copy(), copy.deepcopy(snapshot.np_random)
+        self.accounts, self.agents = f["accounts"], f["agents"]
+        self._views, self._prompts, self._behavior = f["views"], f["prompts"], f["behavior"]
 
     def fork(self, k: int) -> list[RLAIFMultiAgentEnv]:
         """`k` independent copies of this episode at the current tick (GRPO groups for every agent)."""

@@ -78,6 +78,9 @@ def _tracker_dict(tracker: BehaviorTracker) -> dict[str, Any]:
 def encode_snapshot(snapshot: Any, meta: dict[str, Any] | None = None) -> bytes:
     """`snapshot` (an `EnvSnapshot`) as bytes; `meta` is extra plain JSON kept beside it (e.g. a session's
     episode id and return), returned by `decode_snapshot`."""
+    if "_prices" not in snapshot.fields:
+        raise ConfigError(f"to_bytes() writes snapshots of RLAIFEnv and RLAIFTextEnv; a {snapshot.env_class.__name__} "
+                          "snapshot stays in the process (use it with set_state or fork)")
     f = snapshot.fields
     arrays: list[tuple[str, np.ndarray]] = [(f"world.{fl.name}", getattr(snapshot.world, fl.name))
                                              for fl in fields(sim.WorldState)]

@@ -169,3 +169,25 @@ def test_each_agent_is_paid_its_own_behavior_and_forks_carry_the_trackers():
     first, second = env._behavior["trader_0"], env._behavior["trader_1"]
     assert (first.trades, first.groups, second.trades, second.groups) == (4, 1, 0, 0)
     assert totals["trader_0"] != totals["trader_1"]
+
+
+def test_the_multi_agent_snapshot_is_the_single_envs_dataclass_and_restores_without_being_used_up():
+    from rlaif_gym.envs import EnvSnapshot
+
+    env = RLAIFMultiAgentEnv(num_agents=2, num_ticks=8)
+    env.reset(seed=4)
+    env.step({"trader_0": BUY_YES_0, "trader_1": WAIT})
+    snap = env.get_state()
+    assert isinstance(snap, EnvSnapshot) and snap.env_class is RLAIFMultiAgentEnv and snap.tick == 1
+    expected = env.step({"trader_0": WAIT, "trader_1": BUY_YES_0})
+    for _ in range(2):  # the same snapshot seeds two continuations, each the same as the original's
+        other = RLAIFMultiAgentEnv(num_agents=2, num_ticks=8)
+        other.set_state(snap)
+        got = other.step({"trader_0": WAIT, "trader_1": BUY_YES_0})
+        assert all(np.array_equal(got[0][k], expected[0][k]) for k in expected[0]) and got[1:] == expected[1:]
+    with pytest.raises(ConfigError, match="agent list"):
+        RLAIFMultiAgentEnv(num_agents=3, num_ticks=8).set_state(snap)
+    with pytest.raises(ConfigError, match="get_state"):
+        RLAIFMultiAgentEnv(num_agents=2, num_ticks=8).set_state({"config": None})
+    with pytest.raises(ConfigError, match="stays in the process"):
+        snap.to_bytes()
