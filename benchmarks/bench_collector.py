@@ -1,7 +1,7 @@
 """Throughput of `RolloutCollector` against an LLM that costs 50 ms ± 10 ms per call, next to the ideal.
 
     python benchmarks/bench_collector.py [--seconds 5] [--ks 8 64 256] [--no-http] [--smoke]
-                                         [--budget 300] [--profile] [--backend numba]
+                                         [--budget 300] [--profile] [--backend numpy]
                                          [--server process|thread] [--processes 2] [--fast-ms 5]
 
 For each K (episodes in flight = LLM calls in flight = K) one collection, `RolloutCollector(...,
@@ -70,7 +70,7 @@ from rlaif_gym.rollout import CollectionSummary, RolloutCollector
 LATENCY_S = 0.04  # the fixed part of every call
 JITTER_S = 0.02  # plus uniform [0, JITTER_S]
 MEAN_LATENCY_S = LATENCY_S + JITTER_S / 2
-BACKEND = "numpy"  # the text env's world-step backend; --backend numba sets it
+BACKEND = "numba"  # the text env's world-step backend (the env's default); --backend numpy sets the reference
 
 # -- the OpenAI-compatible server ---------------------------------------------------------------
 
@@ -542,8 +542,9 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true",
                         help="also cProfile an untimed in-process run at the largest K (same length as its "
                              "measurement) and print the top 10 functions by cumulative time")
-    parser.add_argument("--backend", choices=["numpy", "numba"], default="numpy",
-                        help="world-step backend of the text envs (numba: compiled world step and observation)")
+    parser.add_argument("--backend", choices=["numpy", "numba"], default="numba",
+                        help="world-step backend of the text envs: numba (the env's default: compiled world step "
+                             "and observation) or numpy (the readable reference, 2x the CPU per tick)")
     parser.add_argument("--server", choices=["process", "thread"], default="process",
                         help="the http path's server: a process of its own (as a model server is) or a thread of "
                              "this one (its CPU then counts in cpu ms/tick)")
