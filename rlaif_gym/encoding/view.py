@@ -19,12 +19,10 @@ from ..sim import (
     WorldParams,
     WorldState,
     equity,
-    exposure,
     npc_name,
-    yes_price,
 )
 
-__all__ = ["FeedItem", "MarketView", "PerpView", "TickView", "build_view", "npc_name"]
+__all__ = ["FeedItem", "MarketView", "PerpView", "TickView", "build_view", "npc_name", "pairwise_sum"]
 
 
 @dataclass(slots=True)
@@ -112,44 +110,71 @@ def _static_names(num_npcs: int, num_groups: int) -> tuple[tuple[str, ...], tupl
     return names, tuple(f"agent-{k} {n}" for k, n in enumerate(names)), tuple(g[0] for g in GROUP_NAMES[:num_groups])
 
 
-def build_view(state: WorldState, params: WorldParams, b: int) -> TickView:
+def pairwise_sum(values: list[float]) -> float:
+    """numpy's sum of `values` bit for bit (its pairwise order on a contiguous axis, as `sim.fast` has it):
+    for the few values of one world's row, summing in Python costs less than a numpy call."""
+    n = len(values)
+    if n < 8:
+        res = 0.0
+        for v in values:
+            res += v
+        return res
+    r = values[:8]
+    stop = n - n % 8
+    for i in range(8, stop, 8):
+        for k in range(8):
+            r[k] += values[i + k]
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    for i in range(stop, n):
+        res += values[i]
+    return 0.0 + res
+
+
+def build_view(state: WorldState, params: WorldParams, b: int, equity_now: float | None = None) -> TickView:
     """The public view of world `b`.
 
+    Args:
+        state, params, b: the world.
+        equity_now: `sim.equity(state, params)[b]` when the caller has it (a step's `equity_after`), which
+            saves a numpy reduction per tick; None computes it.
+
     Each state array's row `b` is read once into a Python list: indexing numpy scalars one by one
-    costs about ten times more, and this runs once per text-env tick.
+    costs about ten times more, and this runs once per text-env tick. The exposure is summed from those
+    lists in numpy's order, so it equals `sim.exposure` bit for bit.
     """
     s = state
     t = int(s.tick[b])
-    price = yes_price(s.pm_yes[b], s.pm_no[b]).tolist()
+    ty, tn = s.pm_yes[b].tolist(), s.pm_no[b].tolist()
+    price = [n / (y + n) for y, n in zip(ty, tn, strict=True)]  # sim.yes_price
     serial, last, resolve = s.pm_serial[b].tolist(), s.pm_last_price[b].tolist(), s.pm_resolve_tick[b].tolist()
     hy, hn, cy, cn = s.hold_yes[b].tolist(), s.hold_no[b].tolist(), s.cost_yes[b].tolist(), s.cost_no[b].tolist()
-    markets = tuple(
-        MarketView(
-            market_id=f"market-{serial[m]}", slot=m, question=QUESTIONS[serial[m] % len(QUESTIONS)],
-            yes_price=price[m], change=price[m] - last[m], resolves_in=resolve[m] - t,
-            held_yes=hy[m], held_no=hn[m], cost_yes=cy[m], cost_no=cn[m],
-        )
+    nq = len(QUESTIONS)
+    markets = tuple([
+        MarketView(f"market-{serial[m]}", m, QUESTIONS[serial[m] % nq], price[m], price[m] - last[m], resolve[m] - t,
+                   hy[m], hn[m], cy[m], cn[m])
         for m in range(params.num_markets)
-    )
+    ])
+    shares = pairwise_sum([hy[m] * price[m] + hn[m] * (1.0 - price[m]) for m in range(params.num_markets)])
     perps = []
+    notionals = []
     pside, pentry, plev, pnot, pserial = (s.pos_side[b].tolist(), s.pos_entry[b].tolist(), s.pos_leverage[b].tolist(),
                                           s.pos_notional[b].tolist(), s.pos_serial[b].tolist())
     pprice, pprev, pema, pfund = (s.perp_price[b].tolist(), s.perp_prev_price[b].tolist(), s.perp_ema[b].tolist(),
                                   s.perp_funding[b].tolist())
     for p in range(params.num_perps):
-        side, entry, lev, price_p = int(pside[p]), pentry[p], plev[p], pprice[p]
-        perps.append(PerpView(
-            ticker=PERP_TICKERS[p], index=p, price=price_p,
-            change_pct=100.0 * (price_p / pprev[p] - 1.0),
-            vs_average_pct=100.0 * (price_p / pema[p] - 1.0),
-            funding_bp=1e4 * pfund[p],
-            position_id=f"pos-{pserial[p]}" if side else None,
-            side=("LONG" if side > 0 else "SHORT") if side else None,
-            notional=pnot[p] if side else 0.0,
-            entry=entry if side else 0.0, leverage=lev if side else 0.0,
-            unrealized=side * (price_p / entry - 1.0) * pnot[p] if side else 0.0,
-            liquidation_price=entry * (1.0 - side * 0.9 / lev) if side else 0.0,
-        ))
+        side, price_p = int(pside[p]), pprice[p]
+        change, vs_average = 100.0 * (price_p / pprev[p] - 1.0), 100.0 * (price_p / pema[p] - 1.0)
+        funding = 1e4 * pfund[p]
+        if side:
+            entry, lev, notional = pentry[p], plev[p], pnot[p]
+            notionals.append(abs(side) * notional * price_p / entry)  # sim.exposure's perp term
+            perps.append(PerpView(PERP_TICKERS[p], p, price_p, change, vs_average, funding, f"pos-{pserial[p]}",
+                                  "LONG" if side > 0 else "SHORT", notional, entry, lev,
+                                  side * (price_p / entry - 1.0) * notional, entry * (1.0 - side * 0.9 / lev)))
+        else:
+            notionals.append(0.0 * pnot[p] * price_p)  # 0, or NaN where the numpy form gives NaN
+            perps.append(PerpView(PERP_TICKERS[p], p, price_p, change, vs_average, funding, None, None, 0.0, 0.0, 0.0,
+                                  0.0, 0.0))
     names, labels, groups = _static_names(params.num_npcs, params.num_groups)
     news = []
     n_kind, n_tick, n_serial, n_signal, n_source, n_target = (
@@ -181,11 +206,12 @@ def build_view(state: WorldState, params: WorldParams, b: int) -> TickView:
         j = i % FEED_LENGTH
         if joined[t_group[j]]:
             tips.append(FeedItem(t_tick[j], "tip", f"market-{t_serial[j]}", t_signal[j], GROUP_NAMES[t_group[j]][0]))
-    eq = float(equity(state, params)[b])
+    eq = float(equity(state, params)[b]) if equity_now is None else float(equity_now)
+    exposure_now = shares + pairwise_sum(notionals)
     return TickView(
         tick=t, num_ticks=params.num_ticks, cash=float(s.cash[b]), equity=eq,
         realized_pnl=float(s.realized_pnl[b]), fees_paid=float(s.fees_paid[b]),
-        exposure_ratio=float(exposure(state)[b]) / max(eq, 1e-9), markets=markets, perps=tuple(perps),
+        exposure_ratio=exposure_now / max(eq, 1e-9), markets=markets, perps=tuple(perps),
         news=tuple(news), posts=tuple(posts), tips=tuple(tips),
         groups=tuple((name, bool(joined[g])) for g, name in enumerate(groups)),
         npcs=labels,

@@ -156,7 +156,7 @@ class RLAIFTextEnv(RLAIFEnv):
         self._numeric = res.observation[0]
         out = res.outcome
         self._feedback = step_feedback(out, 0, parsed)
-        self._view = build_view(state, self.params, 0)
+        self._view = build_view(state, self.params, 0, out.equity_after[0])
         self._prompt = render_prompt(self._view, describe_outcome(parsed.action, parsed, out))
         info = {
             **self._info(res),

@@ -207,14 +207,26 @@ def _one_sided(view: TickView) -> bool:
     return any(count[m] >= 2 and len(dirs) == 1 for m, dirs in seen.items())
 
 
-def _candidate_grams(words: list[str], prompt: str, n: int) -> tuple[set[tuple[str, ...]], list[str], list]:
-    """(the reasoning's word n-grams, the prompt's words, the n-grams made only of prompt words)."""
-    grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
-    if not grams:
-        return grams, [], []
+def _candidate_grams(words: list[str], prompt: str, n: int) -> tuple[list[tuple[str, ...]], int, list[str]]:
+    """(the reasoning's distinct word n-grams made only of prompt words, how many distinct n-grams it has, the
+    prompt's words). With no candidate the count is not needed by any caller and is 0.
+
+    Which words occur in the prompt is read first: unless `n` of them stand together somewhere, no
+    n-gram can be a candidate, and the n-gram set (the costly part) is never built. That is nearly
+    every honest reply."""
+    if len(words) < n:
+        return [], 0, []
     tokens = _prompt_tokens(prompt)
     vocabulary = set(tokens)
-    return grams, tokens, [g for g in grams if vocabulary.issuperset(g)]
+    run = 0
+    for word in words:
+        run = run + 1 if word in vocabulary else 0
+        if run == n:
+            break
+    else:
+        return [], 0, tokens
+    grams = {tuple(words[i : i + n]) for i in range(len(words) - n + 1)}
+    return [g for g in grams if vocabulary.issuperset(g)], len(grams), tokens
 
 
 def _copied_fraction(words: list[str], prompt: str, n: int = 6) -> float:
@@ -224,13 +236,11 @@ def _copied_fraction(words: list[str], prompt: str, n: int = 6) -> float:
     words is a whole word of the prompt, so the substring search runs only on those, and the haystack
     is joined only when one is left: same result, a fraction of the cost.
     """
-    grams, tokens, candidates = _candidate_grams(words, prompt, n)
-    if not grams:
-        return 0.0
+    candidates, count, tokens = _candidate_grams(words, prompt, n)
     if not candidates:
         return 0.0
     haystack = " " + " ".join(tokens) + " "
-    return sum(f" {' '.join(g)} " in haystack for g in candidates) / len(grams)
+    return sum(f" {' '.join(g)} " in haystack for g in candidates) / count
 
 
 def _copying(words: list[str], prompt: str, n: int = 6, allowed: float = 0.2) -> float:
@@ -240,13 +250,11 @@ def _copying(words: list[str], prompt: str, n: int = 6, allowed: float = 0.2) ->
     that bound is within `allowed` (nearly every honest reply), the factor is 1 without any substring
     search. Otherwise it is `_copied_fraction`'s exact share.
     """
-    grams, tokens, candidates = _candidate_grams(words, prompt, n)
-    if not grams:
-        return 1.0
-    if len(candidates) <= allowed * len(grams):
+    candidates, count, tokens = _candidate_grams(words, prompt, n)
+    if len(candidates) <= allowed * count:
         return 1.0
     haystack = " " + " ".join(tokens) + " "
-    overlap = sum(f" {' '.join(g)} " in haystack for g in candidates) / len(grams)
+    overlap = sum(f" {' '.join(g)} " in haystack for g in candidates) / count
     return 1.0 if overlap <= allowed else max(0.0, 1.0 - overlap)
 
 
@@ -342,14 +350,15 @@ class RuleJudge:
         wrong = 0
         lower = text.lower()
         by_id = {m.market_id: m for m in view.markets}
-        feed = [*view.news, *view.posts, *view.tips]
-        known_ids = set(by_id) | {f.subject for f in feed if f.subject.startswith("market-")}
+        feed = (*view.news, *view.posts, *view.tips)
         cited_ids = {f"market-{n}" for n in _MARKET_ID.findall(text)}
-        for mid in cited_ids:
-            if mid in known_ids:
-                correct.add(mid)
-            else:
-                wrong += 1
+        if cited_ids:
+            subjects_shown = {f.subject for f in feed}  # a cited "market-N" is in it only as a market's subject
+            for mid in cited_ids:
+                if mid in by_id or mid in subjects_shown:
+                    correct.add(mid)
+                else:
+                    wrong += 1
         every_price = [m.yes_price for m in view.markets] + [1.0 - m.yes_price for m in view.markets]
         # A price or a market id that a sentence holds is found in the whole text too (a sentence is a slice
         # of it, and the characters around a slice are whitespace, which the patterns' boundaries accept):
@@ -374,10 +383,16 @@ class RuleJudge:
         groups, by_lower, pattern = _source_names(view.npcs, tuple(g for g, _ in view.groups))
         named_sources = {by_lower[m.group(0)] for m in pattern.finditer(lower)} \
             if any(n in lower for n in by_lower) else ()
+        if not named_sources:
+            return correct, wrong
+        said: dict[str, set[str]] = {}  # what each source spoke about
+        for f in feed:
+            said.setdefault(f.source, set()).add(f.subject)
         for name in named_sources:
-            if any(f.source == name and (f.subject in subjects or not subjects) for f in feed):
+            spoken = said.get(name)
+            if spoken and (not subjects or not spoken.isdisjoint(subjects)):
                 correct.add(f"source:{name}")
-            elif name in groups and not any(f.source == name for f in feed):
+            elif name in groups and not spoken:
                 continue  # a group whose tips the agent cannot read yet: naming it claims nothing
             else:
                 wrong += 1

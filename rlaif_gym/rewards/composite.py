@@ -278,8 +278,14 @@ class RewardFunction:
             # Bankruptcy is the worst outcome and ends the episode: -1, never the original's unclipped -10.
             return np.where(np.asarray(bankrupt, bool), -1.0, reward)
         total = np.zeros(np.shape(np.asarray(bankrupt)), dtype=np.float64)
-        for name, arr in _check_finite(components).items():
-            total = total + self.coefficients[name] * arr
+        coefficients = self.coefficients
+        for name, value in components.items():
+            if name not in coefficients:
+                raise KeyError(f"unknown reward component {name!r}; known: {', '.join(COMPONENT_NAMES)}")
+            total = total + coefficients[name] * np.asarray(value, dtype=np.float64)
+        if not np.isfinite(total).all():  # a NaN or infinite component (or none: then say which overflowed)
+            _check_finite(components)
+            raise ValueError(f"the reward overflowed: {total!r} from finite components {dict(components)!r}")
         return total
 
     def trading_return(self, final_equity: np.ndarray, bankrupt: np.ndarray) -> np.ndarray:

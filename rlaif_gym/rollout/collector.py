@@ -471,9 +471,9 @@ class RolloutCollector:
         queue: asyncio.Queue[Trajectory | None] = asyncio.Queue()  # drained between ticks (see `_play`)
         pending = iter(units)
 
-        async def run_one(spec: EpisodeSpec) -> None:
+        async def run_one(spec: EpisodeSpec, envs: list[Any]) -> None:
             async with self._episode_slots:
-                traj = await self._episode(spec, display)
+                traj = await self._episode(spec, display, envs)
             await queue.put(traj)
 
         async def run_group(group: ForkGroup) -> None:
@@ -481,8 +481,13 @@ class RolloutCollector:
                 await queue.put(traj)
 
         async def worker() -> None:  # units are admitted as slots free up, never one task per unit up front
-            for unit in pending:
-                await (run_group(unit) if isinstance(unit, ForkGroup) else run_one(unit))
+            envs: list[Any] = []  # this worker's env, reset for each of its episodes (making one costs ~1 ms)
+            try:
+                for unit in pending:
+                    await (run_group(unit) if isinstance(unit, ForkGroup) else run_one(unit, envs))
+            finally:
+                for env in envs:
+                    env.close()
 
         async def run_all() -> None:
             try:
@@ -517,16 +522,22 @@ class RolloutCollector:
             summary.add_errors([error])
             _log.warning("%s", error)
 
-    async def _episode(self, spec: EpisodeSpec, display: ProgressDisplay) -> Trajectory:
+    async def _episode(self, spec: EpisodeSpec, display: ProgressDisplay, envs: list[Any] | None = None) -> Trajectory:
+        """Play one episode. `envs` holds the calling worker's env between its episodes: `reset(seed=...)` starts
+        each one afresh, and an env whose episode failed is closed and replaced rather than reused."""
         # The passive checker re-validates every character of the first prompt of every episode; the env
         # itself passes Gymnasium's full check_env in the test suite.
-        env = gym.make(self.env_id, config=self.config, disable_env_checker=True)
+        env = envs.pop() if envs else gym.make(self.env_id, config=self.config, disable_env_checker=True)
         wall0 = time.perf_counter()
+        status = "failed"
         try:
             steps, failed_calls, errors, status, _ = await self._play(env, spec, display, None,
                                                                       self.max_ticks or self.config.num_ticks)
         finally:
-            env.close()
+            if envs is not None and status != "failed":
+                envs.append(env)
+            else:
+                env.close()
         return self._trajectory(spec, env.unwrapped, steps, failed_calls, errors, status,
                                 time.perf_counter() - wall0)
 
