@@ -217,7 +217,7 @@ def _candidate_grams(words: list[str], prompt: str, n: int) -> tuple[list[tuple[
     if len(words) < n:
         return [], 0, []
     tokens = _prompt_tokens(prompt)
-    vocabulary = set(tokens)
+    vocabulary = set(words).intersection(tokens)  # the reasoning's words that the prompt has: all any gram needs
     run = 0
     for word in words:
         run = run + 1 if word in vocabulary else 0

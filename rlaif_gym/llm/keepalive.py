@@ -135,27 +135,35 @@ class KeepAlivePool:
         url: an ``http://`` URL (its path and query are the request target).
         headers: sent with every request (Host and Content-Length are added).
         httptools: the imported `httptools` module.
+        max_connections: connections open at once; more calls wait for one (aiohttp's pool had the same limit).
 
     A pool belongs to the event loop it first ran on; the caller makes one per loop.
     """
 
-    def __init__(self, url: str, headers: dict[str, str], httptools: Any) -> None:
+    def __init__(self, url: str, headers: dict[str, str], httptools: Any, max_connections: int = 1000) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"KeepAlivePool needs an http:// URL with a host, got {url!r}")
         self.host, self.port = parts.hostname, parts.port or 80
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        bad = [k for k, v in headers.items() if any(c in f"{k}{v}" for c in "\r\n\0")]
+        if bad:
+            raise ValueError(f"the HTTP header(s) {bad} hold a line break or NUL, which would end the header early; "
+                             "check the API key and extra headers for stray characters")
         lines = [f"POST {target} HTTP/1.1", f"Host: {parts.netloc}", *(f"{k}: {v}" for k, v in headers.items())]
-        self._head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
+        self._head = ("\r\n".join(lines) + "\r\nContent-Length: ").encode("utf-8")
         self._httptools = httptools
         self._idle: list[_Exchange] = []
+        self._slots = asyncio.Semaphore(max_connections)  # open sockets stay under the process's file limit
         self.closed = False
 
     async def post(self, body: bytes) -> tuple[int, bytes]:
         """(HTTP status, decoded body) of one POST of `body`. Raises ConnectionError (OSError) when the exchange
         breaks; cancelling it (a timeout) closes its connection."""
-        loop = asyncio.get_running_loop()
-        request = self._head + b"%d\r\n\r\n" % len(body) + body
+        async with self._slots:
+            return await self._post(asyncio.get_running_loop(), self._head + b"%d\r\n\r\n" % len(body) + body)
+
+    async def _post(self, loop: asyncio.AbstractEventLoop, request: bytes) -> tuple[int, bytes]:
         while self._idle:
             conn = self._idle.pop()
             if conn.closed:

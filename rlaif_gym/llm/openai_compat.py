@@ -213,7 +213,7 @@ class OpenAIChatClient:
             httptools = _httptools() if self._url.startswith("http://") and self._proxy is None else None
             if httptools is not None:  # plain HTTP, no proxy: the lean pool (`llm.keepalive`)
                 self._session = KeepAlivePool(self._url, {**headers, "User-Agent": f"rlaif-gym/{_pkg_version}"},
-                                              httptools)
+                                              httptools, self.MAX_CONNECTIONS)
             else:
                 self._session = aiohttp.ClientSession(
                     connector=aiohttp.TCPConnector(limit=self.MAX_CONNECTIONS),

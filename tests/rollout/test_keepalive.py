@@ -116,6 +116,24 @@ def test_a_broken_answer_is_a_connection_error_and_the_next_call_works(bad):
     assert isinstance(out[0], ConnectionError) and out[1] == (200, BODY)
 
 
+def test_calls_beyond_the_connection_limit_wait_for_a_connection():
+    async def main():
+        server = RawServer(lambda n, req: answer())
+        async with server as url:
+            pool = KeepAlivePool(url, {}, httptools, max_connections=2)
+            out = await asyncio.gather(*(pool.post(b"{}") for _ in range(6)))
+            pool.close()
+        return out, server
+
+    out, server = asyncio.run(main())
+    assert out == [(200, BODY)] * 6 and server.connections == 2
+
+
+def test_a_header_with_a_line_break_is_refused():
+    with pytest.raises(ValueError, match="line break"):
+        KeepAlivePool("http://127.0.0.1:9/v1", {"Authorization": "Bearer k\r\nX-Evil: 1"}, httptools)
+
+
 def test_a_server_that_never_answers_a_fresh_connection_is_a_connection_error():
     out, _ = posts(lambda n, req: None, n=1)
     assert isinstance(out[0], ConnectionError)
