@@ -5,7 +5,7 @@ aiohttp's `ClientSession.post` costs 170-300 us of CPU per call on the project's
 request object, a response object, header multidicts, a timer and trace hooks per call, all of which a
 POST of a prepared JSON body to one server does not need. This pool keeps persistent connections and
 parses each answer with httptools (the llhttp parser, as uvicorn does): about 80 us per call in the same
-measurement (docs/benchmarks.md, "The collector").
+measurement (docs/benchmarks.md, "The lean tick").
 
 What it does: one POST per `post` call, on an idle kept-alive connection of the current event loop (or a
 new one); the response's status and body (Content-Length, chunked, or up to the close of an HTTP/1.0

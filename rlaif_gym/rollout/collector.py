@@ -672,8 +672,8 @@ def _collection_gc():
     promotes the records of every episode in flight, which the older collections then walk again and
     again, together with every object the imports made (numba's and pydantic's are many). Here the objects
     alive at the start are frozen (`gc.freeze`: no collection looks at them) and the young threshold is
-    `GC_THRESHOLD`: cycles are still collected, and the CPU per tick falls by about 5-10%
-    (docs/benchmarks.md, "The collector"). With the GC disabled by the caller, nothing changes.
+    `GC_THRESHOLD`: cycles are still collected, and the CPU per tick falls by about 8-15%
+    (docs/benchmarks.md, "The lean tick"). With the GC disabled by the caller, nothing changes.
     """
     if not gc.isenabled():
         yield

@@ -6,7 +6,7 @@ replies, the same reasoning in legacy layouts, an unclosed `<think>`, a reply th
 one with false prices and unknown ids, garbage, and an empty reply. Every stored step is reduced to
 digests of its parts (prompt, numeric observation, action, feedback, reward components, judge scores,
 call record, everything else) and compared with `data/trajectory_digests.json`, written by the code before
-the lean tick. Wall-clock fields (`durationMs`, `latencyMs`) are the only ones set aside.
+the lean tick. Wall-clock fields (`durationMs`, `latencyMs`) and the package version are the only ones set aside.
 
 The world's own numbers come from libm (exp, log, tanh), whose last bit may differ on another CPU or C
 library. The fixture therefore also holds a digest of each episode's world (the numeric observations and
@@ -96,6 +96,7 @@ def _record(traj: Any) -> dict:
     data = json.loads(traj.model_dump_json(by_alias=True))
     steps = data.pop("steps")
     data.pop("durationMs")
+    data.pop("packageVersion")  # a release changes it, not the records
     return {
         "world": _digest([[s["observation"]["numeric"], s["reward"]] for s in steps]),
         "steps": [_step_digests(s) for s in steps],
