@@ -281,7 +281,9 @@ class RewardFunction:
         coefficients = self.coefficients
         for name, value in components.items():
             if name not in coefficients:
-                raise KeyError(f"unknown reward component {name!r}; known: {', '.join(COMPONENT_NAMES)}")
+                _check_finite({name: value})  # an unknown name: the KeyError that lists the known ones
+                raise KeyError(f"reward component {name!r} has no weight in this reward (weighted: "
+                               f"{', '.join(coefficients)}); set it with reward_weights")
             total = total + coefficients[name] * np.asarray(value, dtype=np.float64)
         if not np.isfinite(total).all():  # a NaN or infinite component (or none: then say which overflowed)
             _check_finite(components)

@@ -673,19 +673,24 @@ def _collection_gc():
     again, together with every object the imports made (numba's and pydantic's are many). Here the objects
     alive at the start are frozen (`gc.freeze`: no collection looks at them) and the young threshold is
     `GC_THRESHOLD`: cycles are still collected, and the CPU per tick falls by about 8-15%
-    (docs/benchmarks.md, "The lean tick"). With the GC disabled by the caller, nothing changes.
+    (docs/benchmarks.md, "The lean tick"). With the GC disabled by the caller, nothing changes; a caller that
+    froze objects itself (a pre-forking server, say) keeps them frozen: `gc.unfreeze` cannot tell its objects
+    from ours, so then only the threshold is raised.
     """
     if not gc.isenabled():
         yield
         return
     old = gc.get_threshold()
-    gc.freeze()
+    ours = gc.get_freeze_count() == 0
+    if ours:
+        gc.freeze()
     gc.set_threshold(max(old[0], GC_THRESHOLD), *old[1:])
     try:
         yield
     finally:
         gc.set_threshold(*old)
-        gc.unfreeze()
+        if ours:
+            gc.unfreeze()
 
 
 def _branch_limit(group: ForkGroup, limit: int) -> int:

@@ -213,3 +213,17 @@ def test_scheme_defaults_and_bad_scheme():
     assert RewardFunction.from_config(RLAIFEnvConfig(reward_scheme="original"), None).risk_penalty == 0.5
     with pytest.raises(ConfigError, match="reward_scheme"):
         RLAIFEnvConfig(reward_scheme="skil")
+
+
+def test_combine_names_what_is_wrong_with_a_component():
+    """An unknown name, a known component without a weight, and a non-finite value each get their own error."""
+    fn = RewardFunction.from_config(RLAIFEnvConfig(), None)
+    ok = {"pnl": np.array([0.01]), "risk": np.array([0.0])}
+    assert fn.combine(ok, np.array([False])).shape == (1,)
+    with pytest.raises(KeyError, match="unknown reward component 'bonus'"):
+        fn.combine({**ok, "bonus": np.array([1.0])}, np.array([False]))
+    unweighted = next(n for n in ("truth_mark", "behavior") if n not in fn.coefficients)
+    with pytest.raises(KeyError, match=f"{unweighted}' has no weight"):
+        fn.combine({**ok, unweighted: np.array([1.0])}, np.array([False]))
+    with pytest.raises(ValueError, match="'pnl' is not finite"):
+        fn.combine({**ok, "pnl": np.array([np.nan])}, np.array([False]))
