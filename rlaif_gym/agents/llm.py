@@ -13,6 +13,7 @@ from typing import Any
 
 from ..encoding.grammar import GrammarLimits, TickIds, canonical_reply_from_json, constraint_body
 from ..llm import ChatClient, OpenAIChatClient, RecordingClient, SamplingParams, ScriptedLLM
+from ..llm.transport import MAX_RESPONSE_BYTES
 from ..trajectory import LLMCall
 
 __all__ = ["LLMAgent", "OpenAIChatAgent", "ScriptedLLMAgent"]
@@ -69,6 +70,8 @@ class OpenAIChatAgent(LLMAgent):
         temperature, max_tokens, top_p: sampling.
         logprobs: ask for per-token logprobs.
         timeout, max_retries: per attempt / transient failures only.
+        max_response_bytes: the largest answer read from the server, in bytes (default 8 MiB; see
+            `rlaif_gym.llm.transport`); a larger one is a failed, retried attempt.
         extra_body: extra server fields (e.g. {"return_token_ids": True} on vLLM); they win over `constrain`'s.
         constrain: constrained decoding of the canonical reply (`encoding.grammar`): "gbnf" (llama.cpp's
             `grammar` field), "guided_json" (vLLM) or "response_format" (OpenAI structured outputs); None
@@ -86,13 +89,14 @@ class OpenAIChatAgent(LLMAgent):
                  temperature: float = 0.7, max_tokens: int = 512, top_p: float | None = None, logprobs: bool = True,
                  timeout: float = 60.0, max_retries: int = 3, backoff: float = 0.5,
                  extra_body: dict[str, Any] | None = None, name: str | None = None, constrain: str | None = None,
-                 grammar_limits: GrammarLimits | None = None, per_tick: bool = True) -> None:
+                 grammar_limits: GrammarLimits | None = None, per_tick: bool = True,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         self.constrain = constrain
         self.grammar_limits = (grammar_limits or GrammarLimits()) if constrain else None
         self.per_tick = bool(constrain) and per_tick
         self._fixed_constraint = constraint_body(constrain, grammar_limits) if constrain else {}
         client = _PerCallBodyClient(model, base_url, api_key, timeout=timeout, max_retries=max_retries,
-                                    backoff=backoff, extra_body=extra_body)
+                                    backoff=backoff, extra_body=extra_body, max_response_bytes=max_response_bytes)
         super().__init__(client, SamplingParams(temperature, max_tokens, top_p, None, logprobs), name=name)
 
     def describe(self) -> dict[str, Any]:

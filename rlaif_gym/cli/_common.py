@@ -168,13 +168,20 @@ def _require_openai(what: str) -> None:
     require_http_client(what)
 
 
-def _judge_client(base_url: str | None, model: str | None, timeout: float, max_retries: int):
+def _mib(mib: float) -> int:
+    """`mib` MiB in bytes (at least 1): the command line's --max-response-mb as the client's max_response_bytes."""
+    return max(1, int(mib * 1024 * 1024))
+
+
+def _judge_client(base_url: str | None, model: str | None, timeout: float, max_retries: int,
+                  max_response_bytes: int | None = None):
     """An OpenAI-compatible client for the LLM judge (the key comes from $OPENAI_API_KEY, never recorded)."""
     from ..llm import OpenAIChatClient
 
     _require_openai("the LLM judge")
+    bound = {} if max_response_bytes is None else {"max_response_bytes": max_response_bytes}
     try:
-        return OpenAIChatClient(model, base_url, timeout=timeout, max_retries=max_retries)
+        return OpenAIChatClient(model, base_url, timeout=timeout, max_retries=max_retries, **bound)
     except ValueError as exc:
         raise ConfigError(f"the LLM judge needs a model: {exc} (for rollout: --judge-model, or --model)") from None
 

@@ -19,6 +19,7 @@ from ._common import (
     _at_least,
     _console,
     _judge_client,
+    _mib,
     _number,
     _outside,
     _parse_overrides,
@@ -61,6 +62,9 @@ def rollout(
     max_tokens: int = typer.Option(512, callback=_at_least(1), help="max completion tokens per call"),
     timeout: float = typer.Option(60.0, callback=_number(0.0, above=True), help="seconds per LLM call attempt"),
     max_retries: int = typer.Option(3, callback=_at_least(0), help="retries for transient LLM failures"),
+    max_response_mb: float = typer.Option(8.0, callback=_number(0.0, 4096.0, above=True),
+                                          help="the largest answer read from the model server, in MiB; a larger "
+                                          "one is a failed, retried attempt"),
     constrain: ConstrainMode = typer.Option(None, help="constrained decoding of the reply format (--agent openai): "
                                             "gbnf (llama.cpp), guided_json (vLLM), response_format (OpenAI)"),
     max_concurrent_calls: int = typer.Option(None, callback=_at_least(1),
@@ -97,8 +101,10 @@ def rollout(
                          constrain=constrain.value if constrain else None)
     check_run_options(episodes=episodes, group_size=group_size, fork_tick=fork_tick, resume=resume,
                       overwrite=overwrite, ray_workers=ray_workers, ray_address=ray_address)
+    max_response_bytes = _mib(max_response_mb)
     policy = make_policy(agent.value, model=model, base_url=base_url, temperature=temperature, max_tokens=max_tokens,
-                         timeout=timeout, max_retries=max_retries, constrain=constrain.value if constrain else None)
+                         timeout=timeout, max_retries=max_retries, constrain=constrain.value if constrain else None,
+                         max_response_bytes=max_response_bytes)
     store, sink = open_sink(out, db)
     collector = RolloutCollector(policy, sink=sink, env_config=_parse_overrides(set_), num_envs=num_envs,
                                  max_concurrent_calls=max_concurrent_calls, group_size=group_size,
@@ -107,7 +113,8 @@ def rollout(
     judge_client = None
     if judge is JudgeKind.llm:  # built before collecting, so a missing judge model fails fast; its own
         # client (same class and server as the policy by default), never the policy's constrained one
-        judge_client = _judge_client(judge_base_url or base_url, judge_model or model, timeout, max_retries)
+        judge_client = _judge_client(judge_base_url or base_url, judge_model or model, timeout, max_retries,
+                                     max_response_bytes)
     loggers = metric_loggers(tensorboard, wandb_project, run_name=out.name or "run",
                              config=collector.manifest(episodes, seed, fork_tick))
     # overwrite happens inside, once every option is known good: a refused command deletes nothing

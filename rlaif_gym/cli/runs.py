@@ -16,6 +16,7 @@ from ._common import (
     _at_least,
     _console,
     _judge_client,
+    _mib,
     _number,
     _outside,
     _print_judge,
@@ -152,6 +153,9 @@ def judge(
     max_concurrency: int = typer.Option(4, callback=_at_least(1), help="judge calls in flight"),
     timeout: float = typer.Option(60.0, callback=_number(0.0, above=True), help="seconds per judge call attempt"),
     max_retries: int = typer.Option(3, callback=_at_least(0), help="retries for transient judge failures"),
+    max_response_mb: float = typer.Option(8.0, callback=_number(0.0, 4096.0, above=True),
+                                          help="the largest answer read from the judge server, in MiB; a larger "
+                                          "one is a failed, retried attempt"),
     call_deadline: float = typer.Option(180.0, callback=_number(0.0, above=True),
                                         help="seconds one verdict may take, retries included"),
     failure_budget: float = typer.Option(0.25, callback=_number(0.0, 1.0),
@@ -177,7 +181,7 @@ def judge(
         if not model:
             raise ConfigError("replay needs the judge model the tape was recorded with: pass --model")
     else:
-        client = _judge_client(base_url, model, timeout, max_retries)
+        client = _judge_client(base_url, model, timeout, max_retries, _mib(max_response_mb))
     _print_judge(console, judge_run(directory, client=client, model=model, config=config, tape=tape,
                                     tape_mode=tape_mode.value, rubrics_path=rubrics, out_dir=out))
 

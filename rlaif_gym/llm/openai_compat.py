@@ -1,14 +1,13 @@
 """`OpenAIChatClient`: any OpenAI-compatible chat server (vLLM, llama.cpp, Ollama, hosted APIs).
 
-A plain keep-alive HTTP client (the `[openai]` extra, imported when the first call is made, so
-constructing a client needs neither package nor a connection): for an ``http://`` server that no proxy
-applies to (a local vLLM, llama.cpp or Ollama), `llm.keepalive.KeepAlivePool`, persistent connections
-parsed by httptools, about 80 us of CPU per call; for HTTPS and proxies, `aiohttp`, 170-300 us. Bodies
-go through `orjson`. The `openai` SDK cost 1.1-1.7 ms of client CPU per call, and the collector's event
-loop is one thread (issue 17). The request and the errors follow the SDK's
-conventions (the body fields, ``Authorization: Bearer <key>``, the error type names and messages), so
-records and servers see what they saw before; proxies come from the environment (``HTTP(S)_PROXY``,
-``NO_PROXY``), read once per connection pool. The base URL, model
+Requests go through `llm.transport.HTTPTransport` (aiohttp's connection pool, the `[openai]` extra,
+imported when the first call is made, so constructing a client needs neither package nor a
+connection), which binds each answer to its request and bounds it (`max_response_bytes`, default 8 MiB;
+see that module for what it refuses and why). Bodies go through `orjson`. The `openai` SDK cost
+1.1-1.7 ms of client CPU per call, and the collector's event loop is one thread (issue 17). The request
+and the errors follow the SDK's conventions (the body fields, ``Authorization: Bearer <key>``, the error
+type names and messages), so records and servers see what they saw before; proxies come from the
+environment (``HTTP(S)_PROXY``, ``NO_PROXY``), read once per connection pool. The base URL, model
 and key come from the arguments or from `OPENAI_BASE_URL`, `RLAIF_MODEL` / `OPENAI_MODEL` and
 `OPENAI_API_KEY`; local servers accept any key, so a missing key becomes "EMPTY". The key is held
 only by the HTTP client: `describe()` and every record omit it. Credentials embedded in the base URL
@@ -21,16 +20,19 @@ password and user:password pair, plain and in base64 (standard and URL-safe). Th
 own error messages and logs with it; `RecordingClient` applies it to every string field of every
 completion (reply, reasoning, model, finish reason), so a key echoed in any field is never stored.
 
-Retries: timeouts, connection errors, 429 and 5xx are retried with exponential backoff and jitter
-(drawn from a seeded generator); 4xx errors are not. A server that rejects the `logprobs` option is
-asked again without it, and remembered.
+Retries: timeouts, connection errors, refused answers (`TransportError`), 429 and 5xx are retried with
+exponential backoff and jitter (drawn from a seeded generator); 4xx errors are not. An answer refused as
+a copy of an earlier one is checked at once on a new connection. Every resend counts in `attempts`, and
+the error of each failed attempt travels with the outcome (`Completion.attempt_errors`,
+`LLMError.attempt_errors`) into the call's record. A server that rejects the `logprobs` option is asked
+again without it, and remembered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -42,8 +44,8 @@ import numpy as np
 
 from .._version import __version__ as _pkg_version
 from ..errors import DependencyNotInstalled, install_hint
-from .keepalive import KeepAlivePool
-from .types import Completion, LLMError, SamplingParams
+from .transport import MAX_RESPONSE_BYTES, HTTPTransport, ReplayedAnswerError, TransportError
+from .types import AttemptError, Completion, LLMError, SamplingParams
 
 __all__ = ["OpenAIChatClient", "redact_url", "require_http_client"]
 
@@ -155,6 +157,8 @@ class OpenAIChatClient:
         jitter_seed: seeds the jitter generator (reproducible schedules in tests).
         extra_body: extra JSON fields for the server (e.g. vLLM's {"return_token_ids": True}); they win
             over the fields this client sets.
+        max_response_bytes: the largest answer body read, in bytes (default 8 MiB); a larger one is a
+            retryable `ResponseTooLargeError`.
     """
 
     DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -163,7 +167,7 @@ class OpenAIChatClient:
 
     def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None, *,
                  timeout: float = 60.0, max_retries: int = 3, backoff: float = 0.5, jitter_seed: int = 0,
-                 extra_body: dict[str, Any] | None = None) -> None:
+                 extra_body: dict[str, Any] | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
         self.model = model or os.environ.get("RLAIF_MODEL") or os.environ.get("OPENAI_MODEL") or ""
         if not self.model:
             raise ValueError("OpenAIChatClient needs a model name: pass model=... or set RLAIF_MODEL")
@@ -176,12 +180,13 @@ class OpenAIChatClient:
         secrets = [*url_secrets, *([self._api_key] if len(self._api_key) >= 4 and self._api_key != "EMPTY" else [])]
         self._secret_forms = sorted({f for secret in secrets for f in _secret_forms(secret)}, key=len, reverse=True)
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
+        if type(max_response_bytes) is not int or max_response_bytes < 1:
+            raise ValueError(f"max_response_bytes must be a positive integer (bytes), got {max_response_bytes!r}")
+        self.max_response_bytes = max_response_bytes
         self.extra_body = dict(extra_body or {})
         self._rng = np.random.default_rng(jitter_seed)
         self._session: Any = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
-        self._url = ""  # `endpoint`, fixed with each connection pool
-        self._proxy: Any = None
         self._orjson: Any = None
         self._logprobs_supported = True
 
@@ -191,7 +196,8 @@ class OpenAIChatClient:
     def describe(self) -> dict[str, Any]:
         """Kind, model, endpoint and limits; never the key."""
         return {"kind": "openai-compatible", "model": self.model, "base_url": redact_url(self.base_url),
-                "timeout_s": self.timeout, "max_retries": self.max_retries}
+                "timeout_s": self.timeout, "max_retries": self.max_retries,
+                "max_response_bytes": self.max_response_bytes}
 
     @property
     def endpoint(self) -> str:
@@ -199,55 +205,33 @@ class OpenAIChatClient:
         parts = urlsplit(self.base_url or self.DEFAULT_BASE_URL)
         return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/chat/completions", parts.query, ""))
 
-    def _get_session(self) -> Any:
+    def _get_session(self) -> HTTPTransport:
         # A connection pool belongs to the event loop it first ran on; each `asyncio.run` (e.g. a second
         # collect, or a resume in the same process) gets its own.
         loop = asyncio.get_running_loop()
         if self._session is None or self._session_loop is not loop:
-            aiohttp, self._orjson = require_http_client()
+            _, self._orjson = require_http_client()
             self._drop_session()
-            self._url = self.endpoint
-            self._proxy = _env_proxy(self._url)
+            url = self.endpoint
             headers = {"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json",
-                       "Accept": "application/json"}
-            httptools = _httptools() if self._url.startswith("http://") and self._proxy is None else None
-            if httptools is not None:  # plain HTTP, no proxy: the lean pool (`llm.keepalive`)
-                self._session = KeepAlivePool(self._url, {**headers, "User-Agent": f"rlaif-gym/{_pkg_version}"},
-                                              httptools, self.MAX_CONNECTIONS)
-            else:
-                self._session = aiohttp.ClientSession(
-                    connector=aiohttp.TCPConnector(limit=self.MAX_CONNECTIONS),
-                    timeout=aiohttp.ClientTimeout(total=self.timeout),
-                    headers=headers,
-                    # Proxies are read once, here, not per request (`trust_env` would look them and a .netrc up
-                    # on a worker thread for every call, and a .netrc entry would clash with the key's header).
-                    trust_env=False,
-                )
+                       "Accept": "application/json", "User-Agent": f"rlaif-gym/{_pkg_version}"}
+            # Proxies are read once, here, not per request.
+            self._session = HTTPTransport(url, headers, proxy=_env_proxy(url), max_connections=self.MAX_CONNECTIONS,
+                                          max_response_bytes=self.max_response_bytes)
             self._session_loop = loop
         return self._session
 
     def _drop_session(self) -> None:
         """Forget a pool left on an event loop that has gone (its sockets are closed where that can be done)."""
         old, self._session, self._session_loop = self._session, None, None
-        if isinstance(old, KeepAlivePool):
-            with contextlib.suppress(Exception):  # transports of a closed loop may refuse
-                old.close()
-        elif old is not None and not old.closed:
-            with contextlib.suppress(Exception):  # the synchronous part of `connector.close()`: shut the sockets
-                old.connector._close()
-            with contextlib.suppress(Exception):
-                old.detach()
+        if old is not None:
+            old.close_now()
 
     async def aclose(self) -> None:
         """Close the connection pool of the running event loop (the collector calls this when it finishes)."""
         session, self._session, self._session_loop = self._session, None, None
-        if isinstance(session, KeepAlivePool):
-            session.close()
-        elif session is not None and not session.closed:
-            # Bounded: closing a pool whose request was just cancelled (Ctrl-C mid-call) can wait on
-            # that connection; an interrupted run must still exit (the OS reclaims the sockets).
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(session.close(), timeout=1.0)
+        if session is not None:
+            await session.aclose()
 
     def _body(self, messages: list[dict[str, str]], params: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {"messages": messages, "model": self.model}
@@ -264,34 +248,42 @@ class OpenAIChatClient:
             body.update(extra)
         return body
 
-    async def _post(self, body: dict[str, Any]) -> Any:
-        """One attempt: the decoded JSON of a 2xx answer; `_HTTPStatusError` for any other status."""
+    async def _post(self, body: dict[str, Any], verify: int | None, attempt: int) -> Completion:
+        """One attempt: the completion of a 2xx answer; `_HTTPStatusError` for any other status, ValueError for a
+        malformed body."""
         session, orjson = self._get_session(), self._orjson
         try:
             data = orjson.dumps(body)
         except TypeError:  # e.g. a lone surrogate in a prompt: the standard library escapes it
             data = json.dumps(body).encode("ascii")
-        if isinstance(session, KeepAlivePool):
-            status, raw = await _within(self.timeout, session.post(data))
-        else:
-            async with session.post(self._url, data=data, proxy=self._proxy) as response:
-                raw = await response.read()
-                status = response.status
-        if _log.isEnabledFor(logging.DEBUG):
-            _log.debug("POST %s: HTTP %d, %d bytes", redact_url(self._url), status, len(raw))
-        if not 200 <= status < 300:
-            raise _HTTPStatusError(status, _status_message(status, raw))
-        return _loads(raw, orjson)
+
+        def accept(status: int, raw: bytes) -> Completion:
+            if _log.isEnabledFor(logging.DEBUG):
+                _log.debug("POST %s: HTTP %d, %d bytes", redact_url(session.url), status, len(raw))
+            if not 200 <= status < 300:
+                raise _HTTPStatusError(status, _status_message(status, raw))
+            return self._completion(_loads(raw, orjson), attempt)
+
+        return await _within(self.timeout, session.post(data, accept, verify=verify))
 
     async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
-        """One completion, retried on transient failures; raises `LLMError` when it gives up."""
+        """One completion, retried on transient failures; raises `LLMError` when it gives up.
+
+        Every attempt counts against `max_retries` (a resend on a replaced connection too), except one: an
+        answer refused as a copy of an earlier one (`ReplayedAnswerError`) is checked once on a new connection
+        even when the retries are spent, since until then it is not known to be a failure (a stub server
+        answers every request with the same bytes). The errors of the failed attempts come back as
+        `attempt_errors`, on the completion or on the `LLMError`."""
         aiohttp, _ = require_http_client()
-        attempt = 0
+        attempt, verify, copy_checks = 0, None, 0
+        failures: list[AttemptError] = []
         while True:
             attempt += 1
             body = self._body(messages, params)
+            at_once, digest = False, None
             try:
-                return self._completion(await self._post(body), attempt)
+                completion = await self._post(body, verify, attempt)
+                return dataclasses.replace(completion, attempt_errors=tuple(failures)) if failures else completion
             except _HTTPStatusError as exc:
                 status, reason = exc.status_code, self._message(exc)
                 if status == 400 and "logprobs" in body and "logprob" in str(exc).lower():
@@ -300,27 +292,30 @@ class OpenAIChatClient:
                                  redact_url(self.base_url), reason[:120])
                     attempt -= 1
                     continue
-                retryable = status >= 500 or status == 429
-                if not retryable or attempt > self.max_retries:
-                    raise LLMError(reason, type_=exc.type, status_code=status, retryable=retryable,
-                                   attempts=attempt) from None
+                failure = AttemptError(exc.type, reason, status, retryable=status >= 500 or status == 429)
+            except TransportError as exc:  # an answer refused: stale, a copy, too large, encoded
+                failure = AttemptError(type(exc).__name__, self._message(exc), None, retryable=True)
+                at_once = exc.at_once
+                digest = exc.digest if isinstance(exc, ReplayedAnswerError) else None
             except (asyncio.TimeoutError, TimeoutError):
-                reason = "Request timed out."
-                if attempt > self.max_retries:
-                    raise LLMError(reason, type_="APITimeoutError", retryable=True, attempts=attempt) from None
+                failure = AttemptError("APITimeoutError", "Request timed out.", None, retryable=True)
             except (aiohttp.ClientError, OSError) as exc:  # refused, reset, a broken HTTP answer, a bad URL
-                reason = "Connection error."
+                failure = AttemptError("APIConnectionError", "Connection error.", None, retryable=True)
                 _log.debug("connection error on %s: %s", redact_url(self.base_url), self._message(exc))
-                if attempt > self.max_retries:
-                    raise LLMError(reason, type_="APIConnectionError", retryable=True, attempts=attempt) from None
             except ValueError as exc:  # a malformed answer (not JSON, no choices, ...)
-                reason = self._message(exc)
-                if attempt > self.max_retries:
-                    raise LLMError(reason, type_=type(exc).__name__, retryable=True, attempts=attempt) from None
-            delay = self.backoff * (2 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
+                failure = AttemptError(type(exc).__name__, self._message(exc), None, retryable=True)
+            if digest is not None and copy_checks == 0:
+                copy_checks = 1
+            if not failure.retryable or attempt > self.max_retries + copy_checks:
+                raise LLMError(failure.message, type_=failure.type, status_code=failure.status_code,
+                               retryable=failure.retryable, attempts=attempt,
+                               attempt_errors=tuple(failures)) from None
+            failures.append(failure)
+            verify = digest
+            delay = 0.0 if at_once else self.backoff * (2 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
             if _log.isEnabledFor(logging.INFO):
                 _log.info("call to %s failed (%s); retry %d of %d in %.2f s", redact_url(self.base_url),
-                          reason[:160], attempt, self.max_retries, delay)
+                          failure.message[:160], attempt, self.max_retries, delay)
             await asyncio.sleep(delay)
 
     def redact(self, text: str) -> str:
@@ -371,15 +366,6 @@ class OpenAIChatClient:
             completion_token_ids=token_ids, completion_logprobs=logprobs, reasoning=reasoning,
             attempts=attempts,
         )
-
-
-def _httptools() -> Any:
-    """The `httptools` module, or None (an install of the `[openai]` extra that predates it: aiohttp does all)."""
-    try:
-        import httptools
-    except ImportError:
-        return None
-    return httptools
 
 
 async def _within(seconds: float, call: Any) -> Any:

@@ -13,8 +13,15 @@ This is the one boundary where server text enters. Every string a completion or 
   credentials in every form); a server or gateway that echoes a key in *any* field stores ``***``;
 * made storable (`storable_text`: a lone surrogate becomes U+FFFD), counted in the record's
   ``textRepairs`` (field -> code points replaced; absent when none);
-* bounded: short metadata fields (model, finish reason) are cut to `METADATA_CHARS` characters;
+* bounded: the reply and its reasoning are cut to `REPLY_CHARS` characters and error messages to
+  `ERROR_CHARS`, each cut counted in the record's ``textCuts`` (field -> characters the server sent;
+  absent when nothing was cut), so a server's 8 MiB answer is never an 8 MiB line of JSONL and the
+  reply the agent plays is the reply stored; short metadata fields (model, finish reason) are cut to
+  `METADATA_CHARS` characters;
 * typed: token ids, logprobs and token counts of the wrong type are dropped (None), not stored.
+
+A call that was retried records why each failed attempt failed (``attemptErrors``: type, message and
+status of each, as boundary text; absent when the first attempt succeeded), beside ``attempts``.
 """
 
 from __future__ import annotations
@@ -25,12 +32,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..trajectory import LLMCall, LLMCallError, storable_text
-from .types import ChatClient, Completion, LLMError, SamplingParams
+from .types import AttemptError, ChatClient, Completion, LLMError, SamplingParams
 
-__all__ = ["METADATA_CHARS", "RecordingClient"]
+__all__ = ["ERROR_CHARS", "METADATA_CHARS", "REPLY_CHARS", "RecordingClient"]
 
 METADATA_CHARS = 256
 """The most characters kept of a short metadata field a server sends (model name, finish reason)."""
+REPLY_CHARS = 131_072
+"""The most characters kept of a reply and of its reasoning (128 Ki, about 32k tokens of text)."""
+ERROR_CHARS = 2_000
+"""The most characters kept of an error message."""
 
 
 def _ints(value: Any) -> list[int] | None:
@@ -58,6 +69,7 @@ class _BoundaryText:
     def __init__(self, redact: Callable[[str], str] | None) -> None:
         self.redact = redact
         self.repairs: dict[str, int] = {}
+        self.cuts: dict[str, int] = {}
 
     def __call__(self, field: str, value: str, limit: int | None = None) -> str:
         if self.redact is not None:
@@ -66,8 +78,23 @@ class _BoundaryText:
         if repaired:
             self.repairs[field] = repaired
         if limit is not None and len(value) > limit:
+            self.cuts[field] = len(value)
             value = value[:limit]
         return value
+
+    def annotate(self, record: dict[str, Any]) -> None:
+        """Add the repairs and cuts made so far to `record` (each key only when there is something to say)."""
+        if self.repairs:
+            record["textRepairs"] = self.repairs
+        if self.cuts:
+            record["textCuts"] = self.cuts
+
+    def attempt_errors(self, errors: tuple[AttemptError, ...]) -> list[dict[str, Any]]:
+        """The failed attempts' errors as records, their text made boundary text like any server text."""
+        return [LLMCallError(type=self("error_type", str(e.type), METADATA_CHARS),
+                             message=self("error", str(e.message), ERROR_CHARS),
+                             status_code=_count(e.status_code), retryable=bool(e.retryable)).to_dict()
+                for e in errors]
 
     def completion(self, completion: Completion, default_model: str) -> Completion:
         """`completion` with every string field made boundary text and every other field type-checked."""
@@ -77,8 +104,8 @@ class _BoundaryText:
         logprobs = _floats(completion.completion_logprobs)
         return dataclasses.replace(
             completion,
-            text=self("response", completion.text if isinstance(completion.text, str) else ""),
-            reasoning=self("reasoning", reasoning) if reasoning else reasoning,
+            text=self("response", completion.text if isinstance(completion.text, str) else "", REPLY_CHARS),
+            reasoning=self("reasoning", reasoning, REPLY_CHARS) if reasoning else reasoning,
             model=self("model", model, METADATA_CHARS),
             finish_reason=self("finish_reason", finish, METADATA_CHARS) if finish is not None else None,
             prompt_tokens=_count(completion.prompt_tokens), completion_tokens=_count(completion.completion_tokens),
@@ -124,19 +151,22 @@ class RecordingClient:
         try:
             completion = await self.inner.complete(messages, params)
         except LLMError as exc:
-            message = boundary("error", str(exc))
+            message = boundary("error", str(exc), ERROR_CHARS)
             exc.args = (message,)  # the caller reports it too (trajectory errors, the summary)
             exc.type = boundary("error_type", str(exc.type), METADATA_CHARS)
-            if boundary.repairs:
-                record["textRepairs"] = boundary.repairs
+            earlier = getattr(exc, "attempt_errors", ())
+            if earlier:
+                record["attemptErrors"] = boundary.attempt_errors(earlier)
+            boundary.annotate(record)
             record.update(latency_ms=1000.0 * (time.perf_counter() - start), attempts=exc.attempts,
                           error=LLMCallError(type=exc.type, message=message, status_code=_count(exc.status_code),
                                              retryable=bool(exc.retryable)))
             exc.record = LLMCall(**record)  # type: ignore[attr-defined]
             raise
         completion = boundary.completion(completion, self.inner.model)
-        if boundary.repairs:
-            record["textRepairs"] = boundary.repairs
+        if completion.attempt_errors:
+            record["attemptErrors"] = boundary.attempt_errors(completion.attempt_errors)
+        boundary.annotate(record)
         record.update(
             latency_ms=1000.0 * (time.perf_counter() - start), model=completion.model,
             response=completion.text, reasoning=completion.reasoning, finish_reason=completion.finish_reason,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["ChatClient", "Completion", "LLMError", "SamplingParams"]
+__all__ = ["AttemptError", "ChatClient", "Completion", "LLMError", "SamplingParams"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,17 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class AttemptError:
+    """Why one attempt of a call failed (a call that was retried carries one per failed attempt)."""
+
+    type: str
+    """The error's type name (the `openai` SDK's names, e.g. ``APITimeoutError``, or the transport's)."""
+    message: str
+    status_code: int | None = None
+    retryable: bool = True
+
+
+@dataclass(frozen=True)
 class Completion:
     """One successful completion, normalised across servers."""
 
@@ -39,6 +50,8 @@ class Completion:
     completion_logprobs: list[float] | None = None
     reasoning: str | None = None
     attempts: int = 1
+    attempt_errors: tuple[AttemptError, ...] = ()
+    """The errors of the attempts that failed before this one succeeded (each was a resend)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -46,12 +59,14 @@ class LLMError(Exception):
     """A call failed for good. `retryable` says whether the failure was transient (it was retried)."""
 
     def __init__(self, message: str, *, type_: str, status_code: int | None = None, retryable: bool = False,
-                 attempts: int = 1) -> None:
+                 attempts: int = 1, attempt_errors: tuple[AttemptError, ...] = ()) -> None:
         super().__init__(message)
         self.type = type_
         self.status_code = status_code
         self.retryable = retryable
         self.attempts = attempts
+        self.attempt_errors = attempt_errors
+        """The errors of the earlier attempts, each retried (the last attempt's error is this one)."""
 
 
 class ChatClient(Protocol):

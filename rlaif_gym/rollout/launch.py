@@ -79,10 +79,11 @@ def check_run_options(*, episodes: int, group_size: int = 1, fork_tick: int | No
 
 def make_policy(agent: str = "scripted", *, model: str | None = None, base_url: str | None = None,
                 temperature: float = 0.7, max_tokens: int = 512, timeout: float = 60.0, max_retries: int = 3,
-                constrain: str | None = None) -> Any:
+                constrain: str | None = None, max_response_bytes: int | None = None) -> Any:
     """The policy of a collection: `ScriptedLLMAgent` ("scripted") or `OpenAIChatAgent` ("openai").
 
-    `timeout` is seconds per call attempt, `max_tokens` the completion tokens per call; the API key
+    `timeout` is seconds per call attempt, `max_tokens` the completion tokens per call, `max_response_bytes`
+    the largest answer read (None: the transport's default, 8 MiB); the API key
     is read from $OPENAI_API_KEY by the client and never recorded. Call `check_policy_options` first
     for errors that name the fix.
     """
@@ -90,8 +91,9 @@ def make_policy(agent: str = "scripted", *, model: str | None = None, base_url: 
 
     if agent == "scripted":
         return ScriptedLLMAgent(temperature=temperature)
+    bound = {} if max_response_bytes is None else {"max_response_bytes": max_response_bytes}
     return OpenAIChatAgent(model, base_url, temperature=temperature, max_tokens=max_tokens, timeout=timeout,
-                           max_retries=max_retries, constrain=constrain)
+                           max_retries=max_retries, constrain=constrain, **bound)
 
 
 def open_sink(out: Path, db: str | None = None) -> tuple[JsonlStore, TrajectorySink]:

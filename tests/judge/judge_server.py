@@ -107,7 +107,7 @@ class JudgeServer(FakeOpenAIServer):
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages") or [])
         completion_tokens = len(text.split())
         return {
-            "id": "chatcmpl-judge", "object": "chat.completion", "created": 1_767_225_600,
+            "id": self.completion_id(body), "object": "chat.completion", "created": 1_767_225_600,
             "model": body.get("model") or "judge", "system_fingerprint": "fp_judge",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
                          "logprobs": None}],

@@ -17,6 +17,7 @@ The first fault that applies decides the answer.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 import time
@@ -48,6 +49,7 @@ FAULT_KINDS = (
     "wrong_content_type",  # 200, text/html
     "reject_logprobs",  # 400 "logprobs is not supported" when the request asks for logprobs
     "body",  # 200 with `payload` (bytes) as the body and `content_type`: any malformed answer
+    "duplicate",  # answer normally, then write the same answer again 0 to `delay_s` later (a per-call fraction)
 )
 
 _MODEL = ScriptedLLM()
@@ -150,6 +152,7 @@ class FakeOpenAIServer:
         self.handler_errors: list[str] = []
         """Exceptions raised inside the server itself (a broken fault predicate): the fixture fails on any."""
         self._attempts: dict[str, int] = {}
+        self._answer_ids = itertools.count(1)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -227,6 +230,11 @@ class FakeOpenAIServer:
             self.requests.append(rec)
         return rec
 
+    def completion_id(self, body: dict[str, Any]) -> str:
+        """A completion id unique to each answer, as real servers give (vLLM: a UUID; llama.cpp: random text):
+        the call's key, then a serial number, so that no two answers are the same bytes."""
+        return f"chatcmpl-{call_key(body)[:16]}-{next(self._answer_ids)}"
+
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """A valid chat-completion object answering `body`."""
         text = scripted_reply(body)
@@ -240,7 +248,7 @@ class FakeOpenAIServer:
                 for tok, lp in zip(_tokens(text), fake_logprobs(text), strict=True)
             ], "refusal": None}
         return {
-            "id": f"chatcmpl-{call_key(body)[:16]}", "object": "chat.completion", "created": 1_767_225_600,
+            "id": self.completion_id(body), "object": "chat.completion", "created": 1_767_225_600,
             "model": self.model_name or body.get("model") or "fake", "system_fingerprint": "fp_fake",
             "choices": [choice],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
@@ -273,16 +281,33 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, payload: bytes, content_type: str = "application/json") -> None:
         rec = getattr(self, "_current", None)
         try:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-            self.wfile.flush()
+            with self._writes:  # whole answers only: a "duplicate" copy is written from another thread
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                self.wfile.flush()
             if rec is not None:
                 rec.answered_at = time.monotonic()
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True  # the client gave up (a timeout): nothing to answer
+
+    @property
+    def _writes(self) -> threading.Lock:
+        lock = self.__dict__.get("_write_lock")
+        if lock is None:
+            lock = self.__dict__["_write_lock"] = threading.Lock()
+        return lock
+
+    def _send_copy(self, payload: bytes) -> None:
+        """Write a 200 answer of `payload` once more, as a server or proxy that repeats itself does."""
+        data = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload)
+        try:
+            with self._writes:
+                self.wfile.write(data + payload)
+        except (OSError, ValueError):  # the connection (or the file) is closed by now: the copy is lost
+            pass
 
     def _error(self, status: int, message: str, type_: str, param: str | None = None) -> None:
         payload = {"error": {"message": message, "type": type_, "param": param, "code": None}}
@@ -345,6 +370,14 @@ class _Handler(BaseHTTPRequestHandler):
         elif kind == "body":
             rec.status = 200
             self._send(200, fault.payload, fault.content_type)
+        elif kind == "duplicate":
+            rec.status = 200
+            rec.response = owner.completion(body)
+            payload = json.dumps(rec.response).encode()
+            self._send(200, payload)
+            copy = threading.Timer(fault.delay_s * int(rec.key[:4], 16) / 0xFFFF, self._send_copy, (payload,))
+            copy.daemon = True
+            copy.start()
         elif kind == "reject_logprobs":
             rec.status = 400
             self._error(400, "logprobs is not supported by this model", "invalid_request_error", "logprobs")
