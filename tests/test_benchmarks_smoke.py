@@ -72,3 +72,16 @@ def test_bench_first_step_smoke() -> None:
     assert cells[0] == "RLAIF-v0" and cells[1] == "-", cells
     for cell in cells[2:]:
         assert float(cell) >= 0.0, cells  # a number, whatever its value
+
+
+def test_duplicate_answers_runs_and_rlaif_gym_gives_no_call_another_ones_answer() -> None:
+    """`benchmarks/duplicate_answers.py` end to end on a short run: every client's row is there, and the
+    rlaif-gym client's wrong-answer count is 0 (a count, not a timing)."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "duplicate_answers.py"), "--calls", "150",
+                           "--rounds", "1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    rows = {cells[1]: cells for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                          for line in proc.stdout.splitlines() if line.startswith("| 1 |"))}
+    assert {"aiohttp", "OpenAIChatClient"} <= set(rows), proc.stdout
+    assert rows["OpenAIChatClient"][2] == "0" and rows["OpenAIChatClient"][3] == "0", proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr

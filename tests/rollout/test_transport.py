@@ -400,3 +400,25 @@ def test_a_header_with_a_line_break_is_refused():
 def test_max_response_bytes_must_be_a_positive_integer(bad):
     with pytest.raises(ValueError, match="max_response_bytes must be a positive integer"):
         OpenAIChatClient("m", "http://127.0.0.1:9/v1", max_response_bytes=bad)
+
+
+def test_a_proxy_from_the_environment_carries_the_requests(monkeypatch):
+    """`HTTP_PROXY` is read once per pool: the requests reach the proxy in absolute form (the model server's
+    host need not resolve here), and its answers are bound and bounded like any other."""
+    targets = []
+
+    async def proxy(reader, writer):
+        while True:
+            head, body = await server.read_request(reader)
+            targets.append(head.split(b"\r\n")[0])
+            writer.write(echo(body))
+
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "NO_PROXY",
+                 "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with ThreadServer(proxy) as server:
+        monkeypatch.setenv("HTTP_PROXY", server.url.removesuffix("/v1"))
+        llm = OpenAIChatClient("m", "http://model.invalid:8000/v1", timeout=10.0, max_retries=0)
+        out = run(lambda c: main_sequential(c, 2), llm)
+    assert [c.text for c in out] == ["answer to prompt 0", "answer to prompt 1"]
+    assert targets == [b"POST http://model.invalid:8000/v1/chat/completions HTTP/1.1"] * 2
