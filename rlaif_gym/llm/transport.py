@@ -118,6 +118,19 @@ def _request_class(aiohttp: Any) -> type:
     return _ExchangeRequest
 
 
+def _header_too_long(exc: BaseException) -> bool:
+    """Whether aiohttp's parser refused the answer for a status or header line past its bound."""
+    from aiohttp.http_exceptions import LineTooLong
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, LineTooLong):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 class HTTPTransport:
     """POSTs to one URL over aiohttp's connection pool, each answer bound to its request and bounded.
 
@@ -196,6 +209,11 @@ class HTTPTransport:
                     _log.warning("the server at %s sent an answer while no request was waiting (a copy, or one "
                                  "nobody asked for); such connections are closed unused", self.url)
                 self.stale_connections += 1
+            except self._aiohttp.ClientResponseError as exc:
+                if _header_too_long(exc):
+                    raise ResponseTooLargeError(f"a header line of the answer is longer than the "
+                                                f"{MAX_HEADER_LINE_BYTES:,} bytes this client reads") from None
+                raise
         raise StaleAnswerError(f"{STALE_CONNECTIONS} connections in a row held an answer before the request was "
                                "sent; the server (or a proxy) answers out of turn")
 

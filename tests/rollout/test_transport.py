@@ -25,7 +25,7 @@ import pytest
 
 from rlaif_gym.llm import LLMError, OpenAIChatClient, RecordingClient, SamplingParams
 from rlaif_gym.llm.recording import REPLY_CHARS
-from rlaif_gym.llm.transport import MAX_RESPONSE_BYTES, HTTPTransport
+from rlaif_gym.llm.transport import MAX_HEADER_LINE_BYTES, MAX_RESPONSE_BYTES, HTTPTransport
 
 pytest.importorskip("aiohttp")
 
@@ -331,7 +331,7 @@ def test_k4_a_100_continue_before_the_answer_is_skipped():
 
 def test_k5_a_25_mb_header_line_is_refused_early():
     """The client stops reading at the header bound (`MAX_HEADER_LINE_BYTES`): the server cannot hand it the
-    whole 25 MB line; the call fails as a typed connection error."""
+    whole 25 MB line; the call fails as a typed, retryable `ResponseTooLargeError` naming the bound."""
     sent = []
 
     async def handle(reader, writer):
@@ -348,7 +348,8 @@ def test_k5_a_25_mb_header_line_is_refused_early():
 
     with ThreadServer(handle) as server:
         err, _ = _peak(lambda: run(lambda c: c.complete(ask(0), PARAMS), client(server, max_retries=0)))
-    assert isinstance(err, LLMError) and err.type == "APIConnectionError" and err.retryable
+    assert isinstance(err, LLMError) and err.type == "ResponseTooLargeError" and err.retryable
+    assert f"longer than the {MAX_HEADER_LINE_BYTES:,} bytes" in str(err)
     assert sent and sent[0] < 25 << 20, "the client read the whole 25 MB header line"
 
 
