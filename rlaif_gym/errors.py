@@ -17,6 +17,8 @@ __all__ = [
     "RLAIFError",
     "RecordError",
     "ResetNeeded",
+    "SearchCancelled",
+    "SearchLimitError",
     "VerdictParseError",
     "install_hint",
 ]
@@ -139,3 +141,23 @@ class NothingToWriteError(RLAIFError, ValueError):
 
     Nothing is written, so an earlier file of the same name is left as it was.
     """
+
+
+class SearchLimitError(RLAIFError, RuntimeError):
+    """A search stopped at its bound before it found what it looked for: its cap on ticks played or its deadline.
+
+    Raised by `rlaif_gym.envs.decisions.decision_points` when given `max_ticks_searched` or `deadline` (the
+    OpenEnv server gives both, so that one request's work is bounded); nothing is kept of the search.
+
+    Attributes:
+        reason: ``"ticks"`` (the cap), ``"deadline"`` or ``"cancelled"`` (see `SearchCancelled`).
+        ticks_searched: ticks played before it stopped (0 when refused before playing any).
+    """
+
+    def __init__(self, message: str, reason: str, ticks_searched: int) -> None:
+        self.reason, self.ticks_searched = reason, ticks_searched
+        super().__init__(message)
+
+
+class SearchCancelled(SearchLimitError):
+    """A search stopped because its caller cancelled it (the OpenEnv server does when the client goes away)."""

@@ -187,6 +187,12 @@ def serve(
                                                 "up to --max-sessions), so that one client cannot take them all"),
     session_timeout: float = typer.Option(120.0, callback=_number(0.0, above=True),
                                           help="seconds without a request after which a session is closed"),
+    decision_max_ticks: int = typer.Option(5_000, callback=_at_least(1),
+                                           help="ticks one reset(decision=...) may play looking for its decision "
+                                           "point; past it the client gets a SearchLimitError"),
+    decision_timeout: float = typer.Option(20.0, callback=_number(0.0, above=True),
+                                           help="seconds one reset(decision=...) may search; past it the client "
+                                           "gets a SearchLimitError"),
     set_: list[str] = typer.Option([], "--set", help="env config of every session, key=value (repeatable); a "
                                    "reset may override fields for its episode"),
 ):
@@ -201,6 +207,7 @@ def serve(
                   "machine's first run compiles them: minutes)", highlight=False, soft_wrap=True)
     console.print(f"warm in {warm_up(config):.1f} s", highlight=False, soft_wrap=True)
     server = create_app(max_sessions=max_sessions, session_timeout_s=session_timeout,
-                        max_sessions_per_client=max_sessions_per_client, env_config=config, warm=False)
+                        max_sessions_per_client=max_sessions_per_client, env_config=config,
+                        decision_max_ticks=decision_max_ticks, decision_timeout_s=decision_timeout, warm=False)
     run_server(server, host=host, port=port, log=lambda line: console.print(_outside(line), highlight=False,
                                                                             soft_wrap=True))

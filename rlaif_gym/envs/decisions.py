@@ -15,12 +15,18 @@ replies, as the verifiers adapter stores forks), its `EnvSnapshot` (for `set_sta
 dataset row), the prompt and the qualifying markets. Train and held-out sets come from disjoint seed
 ranges (`TRAIN_SEEDS`, `HELD_OUT_SEEDS`).
 
+A search plays up to `num_ticks` ticks per seed (about 1 ms each), and options that never qualify play them
+all: a caller that serves other people's requests bounds it with `max_ticks_searched`, `deadline` and
+`cancel` (the OpenEnv server does, docs/openenv.md), and gets a `SearchLimitError` past them.
+
 This module is layer L4 (envs); it plays the text env and the scripted model, nothing else.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from ..config import RLAIFEnvConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, SearchCancelled, SearchLimitError
 from ..llm.scripted import ScriptedLLM
+from .inputs import MAX_SEED, check_config, check_int, check_seeds
 from .rlaif_env import EnvSnapshot
 from .text_env import RLAIFTextEnv
 
@@ -113,36 +120,61 @@ def _reply(model: ScriptedLLM, prompt: str) -> str:
 
 def decision_points(seeds: Iterable[int], config: RLAIFEnvConfig | Mapping[str, Any] | None = None, *,
                     resolves_within: int = 12, min_evidence: int = 1, min_tick: int = 2, per_seed: int = 1,
-                    horizon: int = 1) -> list[DecisionPoint]:
+                    horizon: int = 1, max_ticks_searched: int | None = None, deadline: float | None = None,
+                    cancel: threading.Event | None = None) -> list[DecisionPoint]:
     """Up to `per_seed` decision points from each seed's episode (see the module docstring).
 
     Args:
-        seeds: reset seeds (take them from `TRAIN_SEEDS` for training, `HELD_OUT_SEEDS` for evaluation).
-        config: the env config (a mapping of overrides or an `RLAIFEnvConfig`).
-        resolves_within: a qualifying market resolves within this many ticks of the point, > 0.
-        min_evidence: at least this many feed items of the prompt name it.
-        min_tick: no point before this tick (the first prompts have no feed yet).
-        per_seed: points per episode, at distinct ticks (fewer when the episode has fewer).
-        horizon: ticks a rollout from the point will play; a point leaves at least that many in the episode.
+        seeds: reset seeds (take them from `TRAIN_SEEDS` for training, `HELD_OUT_SEEDS` for evaluation), integers
+            in [0, 2**63 - 1] (checked as `reset` checks a seed: `rlaif_gym.envs.inputs`).
+        config: the env config (a mapping of overrides, its JSON text or an `RLAIFEnvConfig`).
+        resolves_within: a qualifying market resolves within this many ticks of the point, >= 1.
+        min_evidence: at least this many feed items of the prompt name it, >= 0.
+        min_tick: no point before this tick (the first prompts have no feed yet), >= 0.
+        per_seed: points per episode, at distinct ticks (fewer when the episode has fewer), >= 1.
+        horizon: ticks a rollout from the point will play; a point leaves at least that many in the episode, >= 1.
+        max_ticks_searched: the most ticks the search may play, over all seeds (None: no cap). A seed whose drawn
+            start tick alone is past what is left is refused before a tick of it is played.
+        deadline: a `time.monotonic()` instant (seconds) the search must end by (None: none), checked every tick.
+        cancel: an event another thread sets to stop the search at its next tick (None: not cancellable).
 
     Returns:
         The points, by seed then tick.
+
+    Raises:
+        ConfigError: a seed, option or config of the wrong type or out of range (the message names it).
+        SearchLimitError: the search reached `max_ticks_searched` or `deadline` (nothing is returned).
+        SearchCancelled: `cancel` was set.
     """
-    cfg = RLAIFEnvConfig.from_any(config)
-    if resolves_within < 1 or min_evidence < 0 or min_tick < 0 or per_seed < 1 or horizon < 1:
-        raise ConfigError(f"decision_points needs resolves_within >= 1, min_evidence >= 0, min_tick >= 0, per_seed "
-                          f">= 1 and horizon >= 1, got {resolves_within}, {min_evidence}, {min_tick}, {per_seed}, "
-                          f"{horizon}")
+    seeds = check_seeds(seeds, "decision_points seeds")
+    cfg = check_config(config, "decision_points config")
+    resolves_within = check_int(resolves_within, "decision_points resolves_within", low=1)
+    min_evidence = check_int(min_evidence, "decision_points min_evidence", low=0)
+    min_tick = check_int(min_tick, "decision_points min_tick", low=0)
+    per_seed = check_int(per_seed, "decision_points per_seed", low=1)
+    horizon = check_int(horizon, "decision_points horizon", low=1)
+    budget = None if max_ticks_searched is None else check_int(
+        max_ticks_searched, "decision_points max_ticks_searched", low=1, high=MAX_SEED)
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, (int, float))):
+        raise ConfigError(f"decision_points deadline must be a time.monotonic() instant in seconds or None, got "
+                          f"{type(deadline).__name__}; pass time.monotonic() + 10 for a 10 s search")
+    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+        raise ConfigError(f"decision_points cancel must be a threading.Event or None, got {type(cancel).__name__}")
     last = cfg.num_ticks - horizon  # the latest tick that leaves `horizon` ticks to play
     if last < min_tick:
         raise ConfigError(f"an episode of num_ticks={cfg.num_ticks} leaves no tick in [{min_tick}, {last}] for a "
                           f"horizon of {horizon}; lower min_tick or horizon, or raise num_ticks")
     model = ScriptedLLM()
     points: list[DecisionPoint] = []
+    searched = 0  # ticks played, over all seeds
     for seed in seeds:
-        seed = int(seed)
         rng = np.random.default_rng([seed, 28])
         starts = sorted(set(rng.integers(min_tick, last + 1, size=per_seed).tolist()))
+        if budget is not None and searched + starts[0] > budget:
+            raise SearchLimitError(
+                f"the decision search of seed {seed} starts at tick {starts[0]} (drawn from the seed in [{min_tick}, "
+                f"{last}]), past the {budget:,} ticks it may play ({searched:,} played already); lower num_ticks "
+                f"(now {cfg.num_ticks:,}) so the start is drawn earlier, or try another seed", "ticks", searched)
         env = RLAIFTextEnv(cfg)
         prompt, _ = env.reset(seed=seed)
         replies: list[str] = []
@@ -157,9 +189,29 @@ def decision_points(seeds: Iterable[int], config: RLAIFEnvConfig | Mapping[str, 
                         taken += 1  # one point per tick
                     if taken == len(starts):
                         break
+            _check_bounds(seed, searched, budget, deadline, cancel)
             reply = _reply(model, prompt)
             prompt, _, terminated, truncated, _ = env.step(reply)
             replies.append(reply)
+            searched += 1
             if terminated or truncated:
                 break
     return points
+
+
+def _check_bounds(seed: int, searched: int, budget: int | None, deadline: float | None,
+                  cancel: threading.Event | None) -> None:
+    """Raise when the search may not play another tick: cancelled, at its cap or past its deadline."""
+    if cancel is not None and cancel.is_set():
+        raise SearchCancelled(f"the decision search was cancelled after {searched:,} ticks (seed {seed})", "cancelled",
+                              searched)
+    if budget is not None and searched >= budget:
+        raise SearchLimitError(
+            f"the decision search played its cap of {budget:,} ticks (seed {seed}) without finding the points asked "
+            "for; options that rarely qualify (a large min_evidence, a small resolves_within) search the whole "
+            "episode: relax them, lower num_ticks, or try another seed", "ticks", searched)
+    if deadline is not None and time.monotonic() > deadline:
+        raise SearchLimitError(
+            f"the decision search ran past its deadline after {searched:,} ticks (seed {seed}) without finding the "
+            "points asked for: relax the options (a smaller min_evidence, a larger resolves_within), lower "
+            "num_ticks, or try another seed", "deadline", searched)

@@ -22,8 +22,8 @@ from ..encoding.reply import ParsedReply, parse_reply
 from ..errors import ConfigError, InvalidActionError
 from ..rewards.archetypes import normalize_archetype
 
-__all__ = ["action_row", "check_archetype", "check_reply", "decode_reply", "feedback_of", "fill_info", "step_feedback",
-           "step_info"]
+__all__ = ["action_row", "check_archetype", "check_reply", "decode_reply", "feedback_of", "fill_info", "reset_infos",
+           "step_feedback", "step_info"]
 
 
 def check_archetype(archetype: str | None) -> str | None:
@@ -122,3 +122,18 @@ def step_info(components: Mapping[str, np.ndarray], out: sim.StepOutcome, state:
         "tick": int(state.tick[world]),
         "fill": fill_info(out, world),
     }
+
+
+def reset_infos(state: sim.WorldState, params: sim.WorldParams, masks: np.ndarray | None = None,
+                worlds: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """The info a reset returns, for each of `worlds` (default: every world of the batch).
+
+    `equity` and `cash` (USD) and `tick` of the new episode's first state: what `RLAIFEnv.reset` returns.
+    With `masks` (SB3's VecEnv, whose every info carries the mask of the state the next action applies to),
+    also `action_mask`, that world's row. The one definition for the single env and SB3's VecEnv, at a reset
+    and at an auto-reset, so that a VecEnv's `reset_infos` hold what `DummyVecEnv`'s sub-envs return.
+    """
+    equity = sim.equity(state, params)
+    picked = range(state.batch_size) if worlds is None else worlds
+    return [{"equity": float(equity[i]), "cash": float(state.cash[i]), "tick": int(state.tick[i]),
+             **({"action_mask": masks[i]} if masks is not None else {})} for i in picked]

@@ -13,7 +13,8 @@ This module is layer L4 (envs).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from ..errors import ConfigError
 from .rlaif_env import EnvSnapshot
 from .snapshot import SnapshotFormatError
 
-__all__ = ["MAX_SEED", "MAX_TICKS", "check_config", "check_seed", "check_snapshot", "check_ticks"]
+__all__ = ["MAX_SEED", "MAX_TICKS", "check_config", "check_int", "check_items", "check_seed", "check_seeds",
+           "check_snapshot", "check_ticks"]
 
 MAX_SEED = 2**63 - 1
 """The largest seed accepted (what the trajectory readers accept: numpy's int64; `reset` needs >= 0)."""
@@ -47,7 +49,8 @@ def _integer(value: object, *, strings: bool) -> int | None:
     return None
 
 
-def check_seed(value: object, where: str = "seed", *, strings: bool = False, recorded: bool = False) -> int | None:
+def check_seed(value: object, where: str = "seed", *, strings: bool = False, recorded: bool = False,
+               nullable: bool = True) -> int | None:
     """A reset seed: None (unseeded) or an integer in [0, 2**63 - 1].
 
     Args:
@@ -56,19 +59,82 @@ def check_seed(value: object, where: str = "seed", *, strings: bool = False, rec
         strings: also accept the decimal text of one (``"7"``), as a command line passes it.
         recorded: the seed only records where a snapshot came from (it seeds nothing): any integer
             gymnasium reports is accepted (an unseeded reset's seed is 128-bit entropy; -1 when unknown).
+        nullable: accept None (an unseeded episode); without it the episode must be seeded, so that
+            the same seed gives the same episode.
 
     Raises:
         ConfigError: anything else: a float (``1.5``, even ``2.0``), a bool, a string, a negative or
-            too large integer.
+            too large integer (or None, when not `nullable`).
     """
-    if value is None:
+    if value is None and nullable:
         return None
     seed = _integer(value, strings=strings)
     if seed is None or not (recorded or 0 <= seed <= MAX_SEED):
         refused = "floats, booleans and other text" if strings else "floats, booleans and strings"
-        raise ConfigError(f"{where} must be an integer in [0, 2**63 - 1] or null, got {_describe(value)}; pass a "
+        null = " or null" if nullable else " (a seeded episode: the same seed gives the same one)"
+        raise ConfigError(f"{where} must be an integer in [0, 2**63 - 1]{null}, got {_describe(value)}; pass a "
                           f"whole number such as 0 or 42 ({refused} are refused, not converted)")
     return seed
+
+
+def check_seeds(value: object, where: str = "seeds", *, unseeded: bool = False) -> Sequence[int | None]:
+    """Reset seeds: a list, tuple, range or other iterable of them, each checked as `check_seed` checks it.
+
+    A `range` is returned as it is (its ends are checked: every seed between lies between them), so a
+    million-seed range costs nothing; any other iterable is read once into a list.
+
+    Args:
+        value: the seeds as they arrived.
+        where: what to call them in the error; an item is named ``where[i]``.
+        unseeded: None (an unseeded episode) is a seed too; without it, None is refused (episodes found or
+            built from these seeds must come out the same every time).
+
+    Raises:
+        ConfigError: not an iterable (an int), text or a mapping, or an item that is not a seed.
+    """
+    if isinstance(value, range):
+        for i in (0, len(value) - 1) if len(value) else ():
+            check_seed(value[i], f"{where}[{i}]", nullable=unseeded)
+        return value
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{where} must be a list or range of integer seeds such as [0, 1, 2], got "
+                          f"{_describe(value)}")
+    return [check_seed(item, f"{where}[{i}]", nullable=unseeded) for i, item in enumerate(value)]
+
+
+def check_int(value: object, where: str, *, low: int, high: int = MAX_TICKS) -> int:
+    """A whole-number option in [`low`, `high`]: a Python or numpy integer, never a bool, a float or text.
+
+    Raises:
+        ConfigError: anything else (``1.5``, ``True``, ``"3"``, a number out of range), naming `where`.
+    """
+    number = _integer(value, strings=False)
+    if number is None or not low <= number <= high:
+        raise ConfigError(f"{where} must be an integer in [{low:,}, {high:,}], got {_describe(value)}; pass a whole "
+                          f"number such as {max(low, 1)} (floats, booleans and strings are refused, not converted)")
+    return number
+
+
+def check_items(value: object, where: str, kind: type, hint: str) -> list[Any]:
+    """A list (tuple, or other iterable that is not text or a mapping) of `kind` instances, read once.
+
+    Args:
+        value: the items as they arrived.
+        where: what to call them in the error; an item is named ``where[i]``.
+        kind: the class every item must be an instance of.
+        hint: how to make one (ends the message).
+
+    Raises:
+        ConfigError: not such an iterable, or an item of another type.
+    """
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{where} must be a list of {kind.__name__}, got {_describe(value)}; {hint}")
+    items = list(value)
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            article = "an" if kind.__name__[:1].lower() in "aeiou" else "a"
+            raise ConfigError(f"{where}[{i}] must be {article} {kind.__name__}, got {_describe(item)}; {hint}")
+    return items
 
 
 def check_ticks(value: object, where: str = "ticks") -> int | None:

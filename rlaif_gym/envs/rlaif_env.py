@@ -21,7 +21,7 @@ from ..rewards.composite import RewardFunction
 from .behavior import BatchBehavior
 from .core import CoreStep, RLAIFCore, check_numeric_action, check_reset_options
 from .dashboard import render_ansi, render_chart
-from .glue import feedback_of, step_feedback, step_info
+from .glue import feedback_of, reset_infos, step_feedback, step_info
 
 __all__ = ["EnvSnapshot", "RLAIFEnv"]
 
@@ -157,7 +157,8 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     `reward_components` (dict of floats), `pnl_delta`, `equity`, `cash` (USD), `feedback`
     (`{"success": bool, "error": str | None}`), `tick`, and `fill`: what the transition paid and
     moved (`shares`, `usd`, `fee`, `payout` in USD; `markets_resolved`, `positions_liquidated`). These
-    keys are a public contract; the collector records `fill` in each step's `feedback`.
+    keys are a public contract; the collector records `fill` in each step's `feedback`. `reset` returns
+    `equity`, `cash` and `tick`.
 
     ## Arguments
     `RLAIFEnv(config=None, render_mode=None, **overrides)`: `config` is an `RLAIFEnvConfig`, a mapping
@@ -231,7 +232,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
             self._behavior.reset()
         self._record_history()
         state = self._core.state
-        return obs, {"equity": float(sim.equity(state, self.params)[0]), "cash": float(state.cash[0]), "tick": 0}
+        return obs, reset_infos(state, self.params)[0]
 
     def step(self, action):
         """Apply one action, advance the world one tick, and score the transition."""

@@ -40,7 +40,7 @@ from ..encoding import mask as _mask
 from ..envs import EpisodeStats, RLAIFCore, evaluate_policy, world_params
 from ..envs.behavior import BatchBehavior
 from ..envs.core import check_numeric_actions, check_reset_options, integral_array
-from ..envs.glue import step_feedback, step_info
+from ..envs.glue import reset_infos, step_feedback, step_info
 from ..envs.rlaif_env import RLAIFEnv
 from ..errors import DependencyNotInstalled, InvalidActionError, ResetNeeded, install_hint
 
@@ -367,7 +367,9 @@ class RLAIFSB3VecEnv(VecEnv):
     Info per world: the single env's keys (`reward_components`, `pnl_delta`, `equity`, `cash`,
     `feedback`, `tick`, `fill`), plus `action_mask` (that world's row of `action_masks()`, for the state
     the next action applies to), `TimeLimit.truncated` and, at an episode's end,
-    `terminal_observation`. Wrap it in `VecMonitor` for `info["episode"]`. With an `archetype`, each
+    `terminal_observation`. `reset_infos` hold what the single env's `reset` returns (`equity`, `cash`,
+    `tick`) plus `action_mask`, after `reset()` and, for a world that auto-reset, after that step, as
+    `DummyVecEnv` keeps them. Wrap it in `VecMonitor` for `info["episode"]`. With an `archetype`, each
     world keeps its own behaviour tracker (the `behavior` component, as `make_vec_env` would pay it).
     """
 
@@ -424,12 +426,8 @@ class RLAIFSB3VecEnv(VecEnv):
         obs = self.core.reset(self._keys(range(self.num_envs), self._seeds))
         if self._behavior is not None:
             self._behavior.reset()
-        state = self.core.state
-        equity = sim.equity(state, self.core.params)
         self._masks = None
-        masks = self.action_masks()
-        self.reset_infos = [{"equity": float(equity[i]), "cash": float(state.cash[i]), "tick": 0,
-                             "action_mask": masks[i]} for i in range(self.num_envs)]
+        self.reset_infos = reset_infos(self.core.state, self.params, self.action_masks())
         self._reset_seeds()
         self._reset_options()
         return obs
@@ -475,6 +473,9 @@ class RLAIFSB3VecEnv(VecEnv):
         masks = self.action_masks()
         for i, info in enumerate(infos):
             info["action_mask"] = masks[i]
+        if done.any():  # as DummyVecEnv keeps each auto-reset's info (SB3's VecEnv contract)
+            for i, info in zip(idx, reset_infos(state, self.params, masks, idx), strict=True):
+                self.reset_infos[i] = info
         return obs, res.reward.astype(np.float32), done, infos
 
     def action_masks(self) -> np.ndarray:

@@ -57,7 +57,7 @@ from ..encoding.prompt import system_prompt
 from ..encoding.reply import parse_reply
 from ..envs.core import world_params
 from ..envs.decisions import WAIT_REPLY, DecisionPoint
-from ..envs.inputs import check_config, check_seed, check_snapshot, check_ticks
+from ..envs.inputs import check_config, check_items, check_seed, check_seeds, check_snapshot, check_ticks
 from ..envs.rlaif_env import EnvSnapshot
 from ..envs.text_env import RLAIFTextEnv
 from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError, install_hint
@@ -208,13 +208,25 @@ def dataset_rows(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping[
                  snapshots: Iterable[EnvSnapshot] = (), ticks: int | None = None,
                  contract: Contract = "rollout_func", points: Iterable[DecisionPoint] = (),
                  decisions: int | None = None) -> list[dict[str, Any]]:
-    """The rows of `build_dataset` as plain dicts."""
+    """The rows of `build_dataset` as plain dicts.
+
+    Every argument is checked as `reset` checks the same value (`rlaif_gym.envs.inputs`), before a row is built.
+
+    Raises:
+        ConfigError: an argument of the wrong type or out of range, named (``build_dataset seeds[2]``).
+    """
     if contract not in ("rollout_func", "environment_factory"):
-        raise ConfigError(f"contract must be 'rollout_func' or 'environment_factory', got {contract!r}")
-    cfg = RLAIFEnvConfig.from_any(config)
-    ticks = check_ticks(ticks, "ticks")
-    decisions = check_ticks(decisions, "decisions")
-    specs = [EpisodeSpec(check_seed(s, f"seeds[{i}]"), cfg, None, ticks, decisions) for i, s in enumerate(seeds)]
+        raise ConfigError(f"build_dataset contract must be 'rollout_func' or 'environment_factory', got "
+                          f"{contract!r}")
+    seeds = check_seeds(seeds, "build_dataset seeds", unseeded=True)
+    cfg = check_config(config, "build_dataset config")
+    ticks = check_ticks(ticks, "build_dataset ticks")
+    decisions = check_ticks(decisions, "build_dataset decisions")
+    snapshots = check_items(snapshots, "build_dataset snapshots", EnvSnapshot,
+                            "pass the get_state() of an RLAIFTextEnv")
+    points = check_items(points, "build_dataset points", DecisionPoint,
+                         "pass what rlaif_gym.envs.decisions.decision_points(seeds, config) returns")
+    specs = [EpisodeSpec(s, cfg, None, ticks, decisions) for s in seeds]
     snapshots = [*snapshots, *(p.snapshot for p in points)]
     specs += [EpisodeSpec(s.np_random_seed, s.config, s, ticks, decisions) for s in snapshots]
     if not specs:

@@ -44,7 +44,138 @@ def test_the_train_and_held_out_ranges_are_disjoint():
 
 
 def test_bad_arguments_are_refused_with_the_reason():
-    with pytest.raises(ConfigError, match="resolves_within >= 1"):
+    with pytest.raises(ConfigError, match=r"resolves_within must be an integer in \[1, "):
         decision_points([0], SHORT, resolves_within=0)
     with pytest.raises(ConfigError, match="leaves no tick"):
         decision_points([0], {"num_ticks": 3}, min_tick=2, horizon=2)
+
+
+# -- issue 37 row D2: every argument checked as `reset` checks it (`rlaif_gym.envs.inputs`) ---------------------
+
+BAD_SEEDS = [-1, None, 2**64 + 5, "7", True, 1.5]
+
+
+@pytest.mark.parametrize("seed", BAD_SEEDS, ids=repr)
+def test_a_bad_seed_is_a_config_error_naming_its_place(seed):
+    """Was numpy's ValueError (-1), a TypeError (None), or accepted: 2**64+5, '7', True and 1.5 were cut to ints."""
+    with pytest.raises(ConfigError, match=r"^decision_points seeds\[2\] must be an integer in \[0, 2\*\*63 - 1\]") \
+            as err:
+        decision_points([0, 1, seed], SHORT)
+    assert f"got {seed!r}" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("seeds", [5, "7", b"7", {"seed": 1}], ids=repr)
+def test_seeds_that_are_no_list_of_seeds_are_refused(seeds):
+    with pytest.raises(ConfigError, match=r"^decision_points seeds must be a list or range of integer seeds"):
+        decision_points(seeds, SHORT)
+
+
+def test_a_seed_range_is_checked_at_its_ends_without_being_read():
+    with pytest.raises(ConfigError, match=r"decision_points seeds\[0\] must be .* got -1"):
+        decision_points(range(-1, 5), SHORT)
+    with pytest.raises(ConfigError, match=r"decision_points seeds\[3\] must be .* got -1"):
+        decision_points(range(2, -2, -1), SHORT)
+    assert decision_points(range(0), SHORT) == []
+
+
+@pytest.mark.parametrize(("option", "value"), [
+    ("per_seed", 1.5), ("per_seed", 0), ("per_seed", -1), ("per_seed", True), ("per_seed", "2"),
+    ("resolves_within", 0), ("resolves_within", 2.0), ("resolves_within", "3"), ("min_evidence", -1),
+    ("min_evidence", None), ("min_tick", -2), ("min_tick", 1.5), ("horizon", 0), ("horizon", False),
+    ("per_seed", 10**7), ("max_ticks_searched", 0), ("max_ticks_searched", 2.5),
+])
+def test_a_bad_option_is_a_config_error_naming_it(option, value):
+    """per_seed=1.5 and True reached numpy (TypeError); resolves_within='3' a comparison (TypeError)."""
+    with pytest.raises(ConfigError, match=rf"^decision_points {option} must be an integer in \[") as err:
+        decision_points([0], SHORT, **{option: value})
+    assert f"got {value!r}" in str(err.value)
+
+
+def test_a_bad_config_deadline_or_cancel_is_named():
+    with pytest.raises(ConfigError, match=r"^decision_points config must be an object"):
+        decision_points([0], 5)
+    with pytest.raises(ConfigError, match=r"^decision_points config: .*num_tiks"):
+        decision_points([0], {"num_tiks": 5})
+    with pytest.raises(ConfigError, match=r"^decision_points deadline must be a time.monotonic\(\) instant"):
+        decision_points([0], SHORT, deadline="soon")
+    with pytest.raises(ConfigError, match=r"^decision_points cancel must be a threading.Event"):
+        decision_points([0], SHORT, cancel=True)
+
+
+def test_whole_numbers_of_any_integer_type_find_the_same_points():
+    """The checks refuse what is not a whole number; they change no point (numpy seeds read as before)."""
+    import numpy as np
+
+    ref = decision_points([30, 31], SHORT, per_seed=2, min_evidence=1)
+    alt = decision_points(np.array([30, 31]), SHORT, per_seed=np.int64(2), min_evidence=np.int32(1))
+    assert [(p.seed, p.tick, p.markets) for p in ref] == [(p.seed, p.tick, p.markets) for p in alt]
+    assert all(type(p.seed) is int for p in alt)
+
+
+# -- issue 37 row D1: a search's work is bounded (ticks, deadline, cancel) ----------------------------------------
+
+NEVER = {"min_evidence": 10**6}  # no prompt names a market a million times: no tick qualifies
+
+
+def _counting(monkeypatch) -> list[int]:
+    """Count the ticks decision_points plays (RLAIFTextEnv.step calls)."""
+    played = [0]
+    step = RLAIFTextEnv.step
+
+    def counted(self, action):
+        played[0] += 1
+        return step(self, action)
+
+    monkeypatch.setattr(RLAIFTextEnv, "step", counted)
+    return played
+
+
+def test_a_search_stops_at_its_tick_cap(monkeypatch):
+    from rlaif_gym.errors import SearchLimitError
+
+    played = _counting(monkeypatch)
+    cfg = {**SHORT, "num_ticks": 400}
+    with pytest.raises(SearchLimitError, match="played its cap of 200 ticks") as err:  # seed 3 starts at 91
+        decision_points([3], cfg, min_tick=0, max_ticks_searched=200, **NEVER)
+    assert (err.value.reason, err.value.ticks_searched, played[0]) == ("ticks", 200, 200)
+    played[0] = 0
+    with pytest.raises(SearchLimitError, match=r"starts at tick \d+ .* past the 50 ticks it may play") as err:
+        decision_points([3], {**SHORT, "num_ticks": 10**6}, max_ticks_searched=50, **NEVER)
+    assert (err.value.reason, err.value.ticks_searched, played[0]) == ("ticks", 0, 0)  # refused before a tick
+    assert decision_points([3], cfg, min_tick=0, **NEVER) == [] and played[0] == 400  # no cap: the whole episode
+
+
+def test_a_search_stops_at_its_deadline_and_when_cancelled(monkeypatch):
+    import threading
+    import time
+
+    from rlaif_gym.errors import SearchCancelled, SearchLimitError
+
+    played = _counting(monkeypatch)
+    cfg = {**SHORT, "num_ticks": 10**6}
+    with pytest.raises(SearchLimitError, match="ran past its deadline") as err:
+        decision_points([3], cfg, deadline=time.monotonic() - 1, **NEVER)
+    assert (err.value.reason, err.value.ticks_searched, played[0]) == ("deadline", 0, 0)
+    cancel = threading.Event()
+    step = RLAIFTextEnv.step
+
+    def cancelled_at_tick_20(self, action):
+        if played[0] == 19:
+            cancel.set()  # as the server does from another thread when the client leaves
+        return step(self, action)
+
+    monkeypatch.setattr(RLAIFTextEnv, "step", cancelled_at_tick_20)
+    with pytest.raises(SearchCancelled, match="cancelled after 20 ticks") as err:
+        decision_points([3], cfg, cancel=cancel, **NEVER)
+    assert (err.value.reason, err.value.ticks_searched, played[0]) == ("cancelled", 20, 20)
+
+
+def test_bounds_that_are_not_reached_change_no_point():
+    import threading
+    import time
+
+    ref = decision_points(range(30, 36), SHORT, per_seed=2)
+    bounded = decision_points(range(30, 36), SHORT, per_seed=2, max_ticks_searched=10**6,
+                              deadline=time.monotonic() + 3600, cancel=threading.Event())
+    assert [(p.seed, p.tick, p.markets, p.prompt) for p in ref] == [(p.seed, p.tick, p.markets, p.prompt)
+                                                                   for p in bounded]

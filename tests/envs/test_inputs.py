@@ -68,3 +68,22 @@ def test_snapshots_are_bytes_of_the_right_face():
         check_snapshot(data, RLAIFEnv, "'snapshot'")
     with pytest.raises(SnapshotFormatError, match="not zlib"):
         check_snapshot(b"garbage", RLAIFTextEnv)
+
+
+def test_whole_number_options_and_seed_lists():
+    """Issue 37 row D2: the checks decision_points and build_dataset share with reset."""
+    from rlaif_gym.envs.inputs import check_int, check_items, check_seeds
+
+    assert check_int(np.int64(3), "n", low=1) == 3 and check_int(0, "n", low=0) == 0
+    for value in (1.5, 2.0, True, "3", None, 0, 10**7):
+        with pytest.raises(ConfigError, match=r"^per_seed must be an integer in \[1, 1,000,000\], got "):
+            check_int(value, "per_seed", low=1)
+    assert check_seeds([1, np.int64(2)]) == [1, 2] and check_seeds(range(3, 9)) == range(3, 9)
+    assert check_seeds([None, 4], unseeded=True) == [None, 4]
+    with pytest.raises(ConfigError, match=r"^seeds\[0\] must be an integer in \[0, 2\*\*63 - 1\] \(a seeded"):
+        check_seeds([None])
+    with pytest.raises(ConfigError, match=r"^seeds\[1\] must be .* or null, got -1"):
+        check_seeds([0, -1], unseeded=True)
+    assert check_items((x for x in [1, 2]), "xs", int, "pass ints") == [1, 2]
+    with pytest.raises(ConfigError, match=r"^xs\[1\] must be an int, got 'a' \(str\); pass ints"):
+        check_items([1, "a"], "xs", int, "pass ints")

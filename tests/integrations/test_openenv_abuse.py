@@ -264,3 +264,123 @@ def test_an_episode_id_is_a_short_string(url):
             assert err.value.error_type == "ConfigError"
         env.reset(seed=0, episode_id="e" * 255)
         assert env.state().episode_id == "e" * 255
+
+
+# -- issue 37 row D1: the work of one decision reset is bounded ------------------------------------------------------
+
+NEVER = {"min_evidence": 10**6}  # no prompt names a market a million times: no tick ever qualifies
+LONG = {"num_ticks": 10**6}  # about 15-50 minutes of a worker to play through, unbounded
+PATIENT_S = 60.0  # generous: what each test waits at most for what takes well under a second when it works
+
+
+@pytest.fixture
+def ticks_played(monkeypatch):
+    """Ticks the server's decision searches have played (the server runs in this process, in a thread)."""
+    from rlaif_gym.envs.text_env import RLAIFTextEnv
+
+    played = [0]
+    step = RLAIFTextEnv.step
+
+    def counted(self, action):
+        played[0] += 1
+        return step(self, action)
+
+    monkeypatch.setattr(RLAIFTextEnv, "step", counted)
+    return played
+
+
+def _wait_until(predicate, what: str) -> float:
+    started = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - started < PATIENT_S, f"not within {PATIENT_S:g} s: {what}"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def _settled(played: list[int]) -> bool:
+    """True once no tick was played for 0.5 s (a search that stopped)."""
+    before = played[0]
+    time.sleep(0.5)
+    return played[0] == before
+
+
+def test_a_decision_search_that_never_qualifies_is_a_typed_error_within_its_bounds(server_log, ticks_played,
+                                                                                     capsys):
+    """Issue 37 row D1: a decision reset's search was bounded only by num_ticks (5.9 s of a worker for 2,000
+    ticks; about 50 min for 1,000,000). Now it stops at the server's tick cap or deadline, with a typed
+    error, and the session keeps the episode it had."""
+    from rlaif_gym.integrations.openenv import DEFAULT_DECISION_MAX_TICKS, DEFAULT_DECISION_TIMEOUT_S
+
+    assert (DEFAULT_DECISION_MAX_TICKS, DEFAULT_DECISION_TIMEOUT_S) == (5_000, 20.0)
+    with background_server(env_config=CONFIG, snapshot_key=KEY) as url:  # the default bounds
+        response = httpx.post(f"{url}/reset", json={"seed": 0, "config": LONG, "decision": NEVER}, timeout=PATIENT_S)
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"]
+        assert (detail["error_type"], detail["reason"]) == ("SearchLimitError", "ticks"), detail
+        assert ticks_played[0] <= 5_000 and "5,000 ticks and 20 s" in detail["message"], detail
+    capped = create_app(env_config=CONFIG, snapshot_key=KEY, decision_max_ticks=300)
+    with background_server(capped) as url, RLAIFEnvClient(base_url=url).sync() as env:
+        env.reset(seed=5)
+        env.step(WAIT)
+        for ticks in (2_000, 10**6):  # started within the cap and searched to it, or drawn past it
+            ticks_played[0] = 0
+            with pytest.raises(RemoteEnvError, match="300 ticks") as err:
+                env.reset(seed=0, config={"num_ticks": ticks}, decision=NEVER)
+            data = err.value.data
+            assert (data["code"], data["error_type"], data["reason"]) == ("VALIDATION_ERROR", "SearchLimitError",
+                                                                          "ticks"), data
+            assert data["ticks_searched"] == ticks_played[0] <= 300, (data, ticks_played)
+            assert "--decision-max-ticks" in data["message"] and "\n" not in data["message"]
+        assert env.state().tick == 1 and env.state().seed == 5  # the episode it had, unchanged
+        response = httpx.post(f"{url}/reset", json={"seed": 0, "config": {"num_ticks": 2_000}, "decision": NEVER},
+                              timeout=PATIENT_S)
+        assert response.status_code == 422 and response.json()["detail"]["error_type"] == "SearchLimitError"
+    timed = create_app(env_config=CONFIG, snapshot_key=KEY, decision_max_ticks=10**6, decision_timeout_s=1.0)
+    with background_server(timed) as url, RLAIFEnvClient(base_url=url).sync() as env:
+        started = time.monotonic()
+        with pytest.raises(RemoteEnvError, match="ran past its deadline") as err:
+            env.reset(seed=0, config=LONG, decision=NEVER)
+        assert time.monotonic() - started < PATIENT_S
+        assert (err.value.data["reason"], err.value.error_type) == ("deadline", "SearchLimitError")
+        assert 0 < err.value.data["ticks_searched"] < 10**6
+        assert env.reset(seed=1).observation.tick == 0  # the session goes on
+    for bad in ({"decision_max_ticks": 0}, {"decision_max_ticks": 1.5}, {"decision_timeout_s": 0},
+                {"decision_timeout_s": float("nan")}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            create_app(env_config=CONFIG, warm=False, **bad)
+    from rlaif_gym.cli import main
+
+    assert main(["serve", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--decision-max-ticks" in text and "--decision-timeout" in text and "5000" in text, text
+
+
+def test_a_client_that_leaves_mid_search_stops_it(server_log, ticks_played):
+    """Issue 37 row D1: a search ran on after its client gave up. Now the WebSocket's close or the HTTP
+    connection's drop stops it at its next tick: the ticks played stop, the session's slot and lock are free.
+    The server's own bounds are set out of reach here, so only the client's leaving can stop it."""
+    app = create_app(max_sessions=4, env_config=CONFIG, snapshot_key=KEY, decision_max_ticks=10**6,
+                     decision_timeout_s=3600.0)
+    reset = {"seed": 0, "config": LONG, "decision": NEVER}
+    with background_server(app) as url:
+        # WebSocket: the client closes while its reset searches
+        with ws_connect(_ws(url)) as raw:
+            raw.send(json.dumps({"type": "reset", "data": reset}))
+            _wait_until(lambda: ticks_played[0] > 50, "the search starts")
+        _wait_until(lambda: _settled(ticks_played), "the search stops after the WebSocket closed")
+        _wait_until(lambda: httpx.get(f"{url}/sessions").json()["active_sessions"] == 0, "the slot is free")
+        # HTTP, in a session that has an episode: the client drops the connection while its reset searches
+        session = httpx.post(f"{url}/reset", json={"seed": 7}).json()["session_id"]
+        assert httpx.post(f"{url}/step", json={"session_id": session, "action": {"reply": WAIT}}).status_code == 200
+        for body in ({**reset, "session_id": session}, reset):  # an open session's reset, then a new session's
+            ticks_played[0] = 0
+            data = json.dumps(body).encode()
+            sock = socket.create_connection(_address(url), timeout=10)
+            sock.sendall(b"POST /reset HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(data)).encode() + b"\r\n\r\n" + data)
+            _wait_until(lambda: ticks_played[0] > 50, "the search starts")
+            sock.close()
+            _wait_until(lambda: _settled(ticks_played), "the search stops after the HTTP client left")
+            state = httpx.get(f"{url}/state", params={"session_id": session}, timeout=PATIENT_S)
+            assert state.status_code == 200 and (state.json()["seed"], state.json()["tick"]) == (7, 1), state.text
+        _wait_until(lambda: httpx.get(f"{url}/sessions").json()["active_sessions"] == 1, "the new session closed")

@@ -226,3 +226,40 @@ def test_sb3_options_and_errors_are_the_sub_envs(sb3_pair):
         fresh.action_masks()
     with pytest.raises(gym.error.ResetNeeded, match="reset"):  # no world exists to lend before the first reset
         fresh.env_method("get_state", indices=0)
+
+
+def _same_reset_info(mine: dict, ref: dict, mask: np.ndarray, where: str) -> None:
+    """`mine` is the sub-env's reset info `ref`, key for key and value for value, plus the VecEnv's `action_mask`
+    (every info of RLAIFSB3VecEnv carries the mask of the state the next action applies to)."""
+    assert sorted(mine) == sorted([*ref, "action_mask"]), f"{where}: keys {sorted(mine)} vs {sorted(ref)}"
+    for key, value in ref.items():
+        assert mine[key] == value and type(mine[key]) is type(value), f"{where}: {key} {mine[key]!r} != {value!r}"
+    assert np.array_equal(mine["action_mask"], mask), f"{where}: action_mask"
+
+
+def test_sb3_reset_infos_are_the_sub_envs_own_at_reset_and_at_every_auto_reset(sb3_pair):
+    """Issue 37 row V1: RLAIFSB3VecEnv built its reset_infos by hand once, at reset(), and never renewed them when a
+    world auto-reset, which DummyVecEnv does (SB3's VecEnv contract). Now they come from the env's own reset-info
+    builder (`envs.glue.reset_infos`), at reset() and after every auto-reset, as DummyVecEnv's sub-envs give them."""
+    ours, theirs = sb3_pair
+    ours.reset(), theirs.reset()
+    for i, mask in enumerate(theirs.env_method("action_masks")):
+        _same_reset_info(ours.reset_infos[i], theirs.reset_infos[i], mask, f"reset, world {i}")
+    rng = np.random.default_rng(5)
+    resets = 0
+    for t in range(20):  # two episode ends per world (num_ticks 8), each followed by an auto-reset
+        a = rng.integers(0, ours.action_space.nvec, size=(3, 4))
+        a[:, 0] = np.where(rng.random(3) < 0.5, 1, a[:, 0])  # buys, so the masks change within an episode
+        kept_ours, kept_theirs = list(ours.reset_infos), list(theirs.reset_infos)
+        x, y = ours.step(a), theirs.step(a)
+        masks = theirs.env_method("action_masks")
+        for i in range(3):
+            assert np.array_equal(x[3][i]["action_mask"], masks[i]), f"step {t}, world {i}"
+            # a world's reset info is replaced exactly when it auto-resets (a first state's values repeat, so
+            # only the replacement tells a renewed info from a stale one)
+            renewed = theirs.reset_infos[i] is not kept_theirs[i]
+            assert renewed == bool(y[2][i]) == (ours.reset_infos[i] is not kept_ours[i]), f"step {t}, world {i}"
+            if renewed:
+                resets += 1
+                _same_reset_info(ours.reset_infos[i], theirs.reset_infos[i], masks[i], f"auto-reset {t}, world {i}")
+    assert resets == 6

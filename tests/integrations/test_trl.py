@@ -273,6 +273,36 @@ def test_a_row_without_prompt_or_with_a_bad_seed_list_is_refused_by_name():
         dataset_rows([1], config=CONFIG, ticks=1.7)
 
 
+@pytest.mark.parametrize("seed", [-1, 2**64 + 5, "7", True, 1.5], ids=repr)
+def test_build_dataset_refuses_a_bad_seed_by_its_place(seed):
+    """Issue 37 row D2: the seeds of build_dataset are checked as reset checks a seed (None: an unseeded row)."""
+    with pytest.raises(ConfigError, match=r"^build_dataset seeds\[1\] must be an integer in \[0, 2\*\*63 - 1\] or "
+                       r"null, got ") as err:
+        build_dataset([0, seed], config=CONFIG)
+    assert f"got {seed!r}" in str(err.value)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"seeds": 5}, r"^build_dataset seeds must be a list or range of integer seeds .* got 5 \(int\)"),
+    ({"seeds": "7"}, r"^build_dataset seeds must be a list or range of integer seeds .* got '7' \(str\)"),
+    ({"points": [object()]}, r"^build_dataset points\[0\] must be a DecisionPoint, got <object object"),
+    ({"points": 5}, r"^build_dataset points must be a list of DecisionPoint, got 5"),
+    ({"points": "abc"}, r"^build_dataset points must be a list of DecisionPoint, got 'abc'"),
+    ({"snapshots": [object()]}, r"^build_dataset snapshots\[0\] must be an EnvSnapshot, got <object object"),
+    ({"snapshots": b"bytes"}, r"^build_dataset snapshots must be a list of EnvSnapshot"),
+    ({"config": 5}, r"^build_dataset config must be an object of config overrides"),
+    ({"config": {"num_tiks": 3}}, r"^build_dataset config: unknown config key 'num_tiks'"),
+    ({"ticks": 1.5}, r"^build_dataset ticks must be an integer in \[1, 1,000,000\] or null .*, got 1.5"),
+    ({"decisions": True}, r"^build_dataset decisions must be an integer in \[1, 1,000,000\] or null .*, got True"),
+    ({"contract": 5}, r"^build_dataset contract must be 'rollout_func' or 'environment_factory', got 5"),
+])
+def test_build_dataset_refuses_a_wrong_type_by_its_name(kwargs, message):
+    """Issue 37 row D2: points=[object()] was an AttributeError, seeds=5 a TypeError; now each is named."""
+    args = {"seeds": [0], "config": CONFIG, **kwargs}
+    with pytest.raises(ConfigError, match=message):
+        build_dataset(args.pop("seeds"), **args)
+
+
 # -- with a model ----------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

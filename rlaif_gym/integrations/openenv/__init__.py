@@ -22,8 +22,9 @@ Sessions are capped (``max_sessions``, and optionally ``max_sessions_per_client`
 past a cap a new session gets a ``CAPACITY_REACHED`` error (HTTP 503) that says the cap and how to raise
 it. A session ends when its client closes it, when its WebSocket drops, or after ``session_timeout_s``
 (120 s by default) without a request. An HTTP body over ``max_body_bytes`` is refused with 413 before
-it is read; WebSocket frames are bounded by uvicorn (16 MiB). There is no authentication: serve on
-127.0.0.1 or a private network only.
+it is read; WebSocket frames are bounded by uvicorn (16 MiB). A ``reset(decision=...)`` searches at most
+``decision_max_ticks`` ticks (5,000) for at most ``decision_timeout_s`` (20 s), and stops when its client
+goes away. There is no authentication: serve on 127.0.0.1 or a private network only.
 
 Why not openenv-core's own ``create_app``: its WebSocket handler accepts only reset/step/state/close
 (no snapshot/restore), and its HTTP ``/reset`` and ``/step`` build a fresh environment per request,
@@ -50,6 +51,8 @@ try:
     from .app import DEFAULT_MAX_BODY_BYTES, create_app, warm_up
     from .client import RLAIFEnvClient
     from .env import (
+        DEFAULT_DECISION_MAX_TICKS,
+        DEFAULT_DECISION_TIMEOUT_S,
         ENV_NAME,
         MAX_EPISODE_ID_CHARS,  # noqa: F401
         RLAIFOpenEnv,
@@ -86,6 +89,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 __all__ = [
+    "DEFAULT_DECISION_MAX_TICKS",
+    "DEFAULT_DECISION_TIMEOUT_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_SESSIONS",
     "DEFAULT_SESSION_TIMEOUT_S",

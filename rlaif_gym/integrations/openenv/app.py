@@ -24,7 +24,7 @@ from ..._version import __version__
 from ...config import RLAIFEnvConfig
 from ...envs.text_env import warm_up
 from ...errors import ConfigError
-from .env import ENV_NAME, RLAIFOpenEnv
+from .env import DEFAULT_DECISION_MAX_TICKS, DEFAULT_DECISION_TIMEOUT_S, ENV_NAME, RLAIFOpenEnv
 from .errors import _http_exception, _invalid_request
 from .http_routes import add_http_routes
 from .sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION_TIMEOUT_S, SessionPool
@@ -100,6 +100,8 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
                clock: Callable[[], float] = time.monotonic,
                max_sessions_per_client: int | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               decision_max_ticks: int = DEFAULT_DECISION_MAX_TICKS,
+               decision_timeout_s: float = DEFAULT_DECISION_TIMEOUT_S,
                warm: bool = True) -> FastAPI:
     """The OpenEnv server of `RLAIF-Text-v0` as a FastAPI app (run it with uvicorn, or `rlaif-gym serve`).
 
@@ -114,21 +116,26 @@ def create_app(*, max_sessions: int = DEFAULT_MAX_SESSIONS,
         max_sessions_per_client: sessions one client address may hold at once (None: any number up to
             `max_sessions`); past it, ``CAPACITY_REACHED`` for that client only.
         max_body_bytes: largest HTTP request body; a larger one gets 413 before it is read.
+        decision_max_ticks: ticks one ``reset(decision=...)`` may play looking for its decision point; past
+            it, a ``SearchLimitError`` (``VALIDATION_ERROR``, HTTP 422).
+        decision_timeout_s: seconds one such search may take; past it, the same error. A search also stops
+            when its client goes away (WebSocket closed, HTTP connection dropped).
         warm: play one tick of an env of `env_config` before returning (`warm_up`), so the world kernels
             are loaded, or compiled on a machine's first run (minutes), before any client waits on them: a
             first `step` would otherwise outlast openenv-core's 60 s message timeout on a fresh install.
 
     Raises:
-        ConfigError: a bad `env_config`, `max_sessions`, `session_timeout_s`, `max_sessions_per_client`
-            or `max_body_bytes` (before anything is served).
+        ConfigError: a bad `env_config`, `max_sessions`, `session_timeout_s`, `max_sessions_per_client`,
+            `max_body_bytes`, `decision_max_ticks` or `decision_timeout_s` (before anything is served).
     """
     base = RLAIFEnvConfig.from_any(env_config)
     if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int) or max_body_bytes < 1024:
         raise ConfigError(f"max_body_bytes must be an integer >= 1024, got {max_body_bytes!r}")
     codec = SnapshotCodec(snapshot_key) if snapshot_key is not None else _default_codec()
-    pool = SessionPool(lambda: RLAIFOpenEnv(base, codec=codec), max_sessions, session_timeout_s, clock,
+    limits = {"decision_max_ticks": decision_max_ticks, "decision_timeout_s": decision_timeout_s}
+    probe = RLAIFOpenEnv(base, codec=codec, **limits)  # checks the limits before anything is served
+    pool = SessionPool(lambda: RLAIFOpenEnv(base, codec=codec, **limits), max_sessions, session_timeout_s, clock,
                        max_per_client=max_sessions_per_client)
-    probe = RLAIFOpenEnv(base, codec=codec)
     if warm:
         warm_up(base)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -13,15 +15,22 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from ..._version import __version__
 from ...config import RLAIFEnvConfig
 from ...envs.decisions import decision_points
-from ...envs.inputs import check_config, check_seed
+from ...envs.inputs import check_config, check_int, check_seed
 from ...envs.text_env import RLAIFTextEnv
-from ...errors import ConfigError, InvalidActionError, ResetNeeded
+from ...errors import ConfigError, InvalidActionError, ResetNeeded, SearchCancelled, SearchLimitError
 from ...trajectory import storable_text
 from .errors import SnapshotTokenError
 from .tokens import SnapshotCodec, _default_codec
 from .wire import RLAIFAction, RLAIFObservation, RLAIFState
 
 ENV_NAME = "RLAIF-Text-v0"
+DEFAULT_DECISION_MAX_TICKS = 5_000
+"""Ticks one `reset(decision=...)` may play looking for its decision point (about 1-3 ms each, so 5-15 s of a
+worker), unless `rlaif-gym serve --decision-max-ticks` says otherwise: options that never qualify would
+otherwise play the whole episode, up to `num_ticks` (1,000,000) ticks, for one request."""
+DEFAULT_DECISION_TIMEOUT_S = 20.0
+"""Seconds one `reset(decision=...)` may search (`rlaif-gym serve --decision-timeout`): the bound on a slow or
+busy machine, well inside openenv-core's 60 s wait for an answer."""
 
 
 def _jsonable(value: Any) -> Any:
@@ -66,15 +75,26 @@ class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
     Args:
         config: the env config of every episode, before per-reset overrides.
         codec: signs and reads snapshot tokens (default: one per process, keyed by `$RLAIF_SNAPSHOT_KEY`).
+        decision_max_ticks: ticks a `reset(decision=...)` may play looking for its point (`DEFAULT_DECISION_MAX_TICKS`).
+        decision_timeout_s: seconds it may search (`DEFAULT_DECISION_TIMEOUT_S`); past either, `SearchLimitError`.
     """
 
     SUPPORTS_CONCURRENT_SESSIONS = True  # each instance owns its world; instances share nothing mutable
 
     def __init__(self, config: RLAIFEnvConfig | Mapping[str, Any] | None = None, *,
-                 codec: SnapshotCodec | None = None) -> None:
+                 codec: SnapshotCodec | None = None, decision_max_ticks: int = DEFAULT_DECISION_MAX_TICKS,
+                 decision_timeout_s: float = DEFAULT_DECISION_TIMEOUT_S) -> None:
         super().__init__()
         self.base_config = RLAIFEnvConfig.from_any(config)
         self.codec = codec if codec is not None else _default_codec()
+        self.decision_max_ticks = check_int(decision_max_ticks, "decision_max_ticks", low=1, high=2**63 - 1)
+        if isinstance(decision_timeout_s, bool) or not isinstance(decision_timeout_s, (int, float)) or not (
+                0 < decision_timeout_s < float("inf")):
+            raise ConfigError(f"decision_timeout_s must be a number of seconds > 0, got {decision_timeout_s!r}")
+        self.decision_timeout_s = float(decision_timeout_s)
+        self.cancel = threading.Event()
+        """Set (from any thread) to stop the request in progress at its next decision-search tick; the server
+        clears it before each request and sets it when the request's client goes away."""
         self._env: RLAIFTextEnv | None = None
         self._episode_id: str | None = None
         self._prompt = ""
@@ -92,7 +112,9 @@ class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
         With `decision` (``true``, or ``{"resolves_within": 12, "min_evidence": 1, "min_tick": 2}``) the episode
         starts at a decision point of the seed's episode (`rlaif_gym.envs.decisions`): the offline scripted model
         plays from reset to the first qualifying tick after a start drawn from the seed; `info["decision"]` names
-        the tick and the markets.
+        the tick and the markets. The search plays at most `decision_max_ticks` ticks for at most
+        `decision_timeout_s` seconds, and stops when `cancel` is set; past those it raises `SearchLimitError`
+        (`SearchCancelled`) and the session keeps the episode it had.
         """
         if kwargs:
             raise ConfigError(f"reset got unknown argument(s) {sorted(kwargs)}; it takes seed, episode_id, config "
@@ -105,9 +127,10 @@ class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
             return self.restore(snapshot, episode_id=episode_id)
         seed = check_seed(seed, "seed")  # the checks the TRL and verifiers adapters make (rlaif_gym.envs.inputs)
         episode_id = _check_episode_id(episode_id)
-        env = self._env_for(check_config(config, "config", base=self.base_config))
+        cfg = check_config(config, "config", base=self.base_config)
         if decision is not None and decision is not False:
-            return self._reset_at_decision(env, seed, episode_id, decision)
+            return self._reset_at_decision(cfg, seed, episode_id, decision)
+        env = self._env_for(cfg)
         prompt, info = env.reset(seed=seed)
         self._episode_id = episode_id if episode_id is not None else uuid.uuid4().hex
         self._prompt, self._tick, self._terminated, self._truncated, self._return = prompt, 0, False, False, 0.0
@@ -115,24 +138,33 @@ class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
         return RLAIFObservation(prompt=prompt, system_prompt=system, tick=0, info=_jsonable(info), reward=None,
                                 done=False)
 
-    def _reset_at_decision(self, env: RLAIFTextEnv, seed: int | None, episode_id: str | None,
+    def _reset_at_decision(self, config: RLAIFEnvConfig, seed: int | None, episode_id: str | None,
                            decision: object) -> RLAIFObservation:
+        """`reset` at a decision point; a search that fails leaves the session's episode as it was."""
         options = {} if decision is True else decision
         known = {"resolves_within", "min_evidence", "min_tick"}
-        if not isinstance(options, Mapping) or set(options) - known or not all(
-                type(v) is int and v >= 0 for v in options.values()):
-            raise ConfigError(f"decision must be true or an object of {sorted(known)} (integers >= 0), got "
+        if not isinstance(options, Mapping) or set(options) - known:
+            raise ConfigError(f"decision must be true or an object of {sorted(known)} (integers), got "
                               f"{str(decision)[:80]}")
         if seed is None:
             raise ConfigError("reset(decision=...) needs a seed: the decision point is found in that seed's episode")
-        try:
-            points = decision_points([seed], env.config, **options)
+        try:  # decision_points checks each option as it checks them for every caller
+            points = decision_points([seed], config, **options, max_ticks_searched=self.decision_max_ticks,
+                                     deadline=time.monotonic() + self.decision_timeout_s, cancel=self.cancel)
         except ConfigError as exc:
             raise ConfigError(f"decision: {exc}") from None
+        except SearchCancelled:
+            raise
+        except SearchLimitError as exc:
+            raise SearchLimitError(
+                f"{exc}. This server gives one decision search at most {self.decision_max_ticks:,} ticks and "
+                f"{self.decision_timeout_s:g} s (rlaif-gym serve --decision-max-ticks, --decision-timeout)",
+                exc.reason, exc.ticks_searched) from None
         if not points:
             raise ConfigError(f"the episode of seed {seed} has no decision point with {options or 'the defaults'} "
                               "after the drawn start tick; try another seed, or a larger resolves_within")
         point = points[0]
+        env = self._env_for(config)
         env.set_state(point.snapshot)
         self._episode_id = episode_id if episode_id is not None else uuid.uuid4().hex
         self._prompt, self._tick, self._terminated, self._truncated, self._return = point.prompt, point.tick, False, \

@@ -18,7 +18,7 @@ from openenv.core.env_server.types import WSErrorCode
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ...errors import ConfigError, InvalidActionError, ResetNeeded, RLAIFError
+from ...errors import ConfigError, InvalidActionError, ResetNeeded, RLAIFError, SearchLimitError
 
 logger = logging.getLogger(__package__)  # rlaif_gym.integrations.openenv: one logger for the whole server
 
@@ -51,7 +51,7 @@ class RemoteEnvError(RLAIFError, RuntimeError):
         code: OpenEnv's error code (``VALIDATION_ERROR``, ``EXECUTION_ERROR``, ``CAPACITY_REACHED``,
             ``SESSION_ERROR``, ``UNKNOWN_TYPE``, ``INVALID_JSON``).
         error_type: the server-side exception class (``InvalidActionError``, ``ConfigError``,
-            ``ResetNeeded``, ``SnapshotTokenError``, ``ValidationError``, ...).
+            ``ResetNeeded``, ``SnapshotTokenError``, ``SearchLimitError``, ``ValidationError``, ...).
         data: the whole error payload.
     """
 
@@ -95,6 +95,9 @@ def _error_payload(exc: BaseException) -> dict[str, Any]:
                 "errors": jsonable_encoder(exc.errors(include_url=False, include_input=False))}
     if isinstance(exc, RecursionError):  # a deeply nested value that reached a recursive reader: the input's fault
         return {"code": WSErrorCode.VALIDATION_ERROR.value, "error_type": "RecursionError", "message": _TOO_DEEP}
+    if isinstance(exc, SearchLimitError):  # a decision search past its bound: the request asked for too much
+        return {"code": WSErrorCode.VALIDATION_ERROR.value, "error_type": type(exc).__name__, "message": str(exc),
+                "reason": exc.reason, "ticks_searched": exc.ticks_searched}
     if isinstance(exc, (ConfigError, InvalidActionError, SnapshotTokenError)):
         code = WSErrorCode.VALIDATION_ERROR
     elif isinstance(exc, ResetNeeded):

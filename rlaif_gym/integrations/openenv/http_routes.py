@@ -7,6 +7,7 @@ capacity (docs/openenv.md).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +44,7 @@ def add_http_routes(app: FastAPI, pool: SessionPool) -> None:
         try:
             client = request.client.host if request.client is not None else None
             session = pool.open("http", client) if session_id is None else pool.get(session_id)
-            obs = await _call(session, lambda: fn(session.env))
+            obs = await _call(session, lambda: fn(session.env), client_left=lambda: _client_left(request))
         except Exception as exc:
             if session_id is None and session is not None:  # the client never learnt its id: free the slot
                 pool.close(session.id)
@@ -102,3 +103,13 @@ def add_http_routes(app: FastAPI, pool: SessionPool) -> None:
         """Capacity: active, max and available sessions, and the idle timeout."""
         pool.reap()
         return pool.status()
+
+
+async def _client_left(request: Request) -> None:
+    """Return once the client has closed its connection (the ASGI server's ``http.disconnect``); never, if the
+    server cannot say. The body has been read by then, so the next message is the disconnect."""
+    try:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+    except Exception:  # no word from the server: the request runs to its own bounds
+        await asyncio.Event().wait()

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +136,31 @@ class SessionPool:
                 "max_sessions_per_client": self.max_per_client, "session_timeout_s": self.timeout_s}
 
 
-async def _call(session: _Session, fn: Callable[[], Any]) -> Any:
-    """`fn()` (a call into the session's env) on a worker thread, one call at a time per session."""
+async def _call(session: _Session, fn: Callable[[], Any],
+                client_left: Callable[[], Awaitable[object]] | None = None) -> Any:
+    """`fn()` (a call into the session's env) on a worker thread, one call at a time per session.
+
+    A thread cannot be stopped from outside, so the env stops itself: when `client_left()` completes (the
+    client closed its connection) or this request is cancelled, the env's `cancel` event is set, and a
+    decision search stops at its next tick (`SearchCancelled`). The session stays locked until the thread is
+    done, so the next request never meets an env still in use.
+    """
     async with session.lock:  # one request at a time per session; the env runs off the event loop
-        return await run_in_threadpool(fn)
+        cancel = session.env.cancel
+        cancel.clear()
+        work = asyncio.ensure_future(run_in_threadpool(fn))
+        watch = asyncio.ensure_future(client_left()) if client_left is not None else None
+        try:
+            if watch is not None:
+                await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+                if not work.done():  # the client left: nobody waits for the answer
+                    cancel.set()
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            cancel.set()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(work)  # hold the lock until the env is free
+            raise
+        finally:
+            if watch is not None:
+                watch.cancel()

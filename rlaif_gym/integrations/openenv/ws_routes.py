@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, WebSocket
 from openenv.core.env_server.types import (
@@ -72,31 +73,65 @@ async def _refuse(websocket: WebSocket, exc: ServerAtCapacityError) -> None:
 
 
 async def _serve_session(websocket: WebSocket, session: _Session, pool: SessionPool) -> None:
-    """Answer the session's messages until it closes, its client leaves or it idles past `pool.timeout_s`."""
+    """Answer the session's messages until it closes, its client leaves or it idles past `pool.timeout_s`.
+
+    A reader task takes the client's messages while one is being answered, so that a client that leaves
+    mid-request is seen at once: the request in progress is cancelled (a decision search stops at its next
+    tick) instead of running on for nobody.
+    """
+    inbox: asyncio.Queue[dict] = asyncio.Queue(maxsize=1)  # the reader waits while a message is pending
+    gone = asyncio.Event()
+    reader = asyncio.create_task(_read(websocket, inbox, gone))
+    try:
+        while True:
+            try:
+                message = await asyncio.wait_for(inbox.get(), timeout=pool.timeout_s)
+            except asyncio.TimeoutError:
+                err = {"code": WSErrorCode.SESSION_ERROR.value, "error_type": "SessionExpired",
+                       "message": f"session closed after {pool.timeout_s:g} s without a message; reconnect, then "
+                                  "reset (or restore a snapshot)"}
+                await websocket.send_text(WSErrorResponse(data=err).model_dump_json())
+                return
+            if message["type"] == "websocket.disconnect" or gone.is_set():
+                return
+            raw = message.get("text")
+            if raw is None and message.get("bytes") is not None:
+                raw = message["bytes"].decode("utf-8", errors="replace")
+            session.last_used = pool.clock()
+            reply, done = await _handle(session, raw or "", gone.wait)
+            if gone.is_set():
+                return
+            if reply is not None:
+                await websocket.send_text(reply)
+            if done:
+                return
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+
+
+async def _read(websocket: WebSocket, inbox: asyncio.Queue[dict], gone: asyncio.Event) -> None:
+    """Put the client's messages into `inbox`, and set `gone` the moment it disconnects."""
     while True:
         try:
-            message = await asyncio.wait_for(websocket.receive(), timeout=pool.timeout_s)
-        except asyncio.TimeoutError:
-            err = {"code": WSErrorCode.SESSION_ERROR.value, "error_type": "SessionExpired",
-                   "message": f"session closed after {pool.timeout_s:g} s without a message; reconnect, then "
-                              "reset (or restore a snapshot)"}
-            await websocket.send_text(WSErrorResponse(data=err).model_dump_json())
-            return
+            message = await websocket.receive()
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            message = {"type": "websocket.disconnect"}
         if message["type"] == "websocket.disconnect":
+            gone.set()
+            await inbox.put(message)
             return
-        raw = message.get("text")
-        if raw is None and message.get("bytes") is not None:
-            raw = message["bytes"].decode("utf-8", errors="replace")
-        session.last_used = pool.clock()
-        reply, done = await _handle(session, raw or "")
-        if reply is not None:
-            await websocket.send_text(reply)
-        if done:
-            return
+        await inbox.put(message)
 
 
-async def _handle(session: _Session, raw: str) -> tuple[str | None, bool]:
-    """One WebSocket message: (the reply, whether the session ends). Every message gets an answer."""
+async def _handle(session: _Session, raw: str,
+                  client_left: Callable[[], Awaitable[object]] | None = None) -> tuple[str | None, bool]:
+    """One WebSocket message: (the reply, whether the session ends). Every message gets an answer.
+
+    `client_left` completes when the client disconnects: a reset in progress (a decision search can take
+    seconds) is then cancelled (`_call`); the other calls take milliseconds.
+    """
     try:
         msg = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, or nested past the parser's depth
@@ -109,7 +144,7 @@ async def _handle(session: _Session, raw: str) -> tuple[str | None, bool]:
     try:
         if kind == "reset":
             data = WSResetMessage(**msg).data
-            obs = await _call(session, lambda: env.reset(**data))
+            obs = await _call(session, lambda: env.reset(**data), client_left)
             return WSObservationResponse(data=_result(obs)).model_dump_json(), False
         if kind == "step":
             action = _action(WSStepMessage(**msg).data)
