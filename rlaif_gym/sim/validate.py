@@ -3,7 +3,7 @@
 A snapshot token or a dataset row carries a `WorldState` as plain arrays. Before any kernel reads it,
 `check_state` checks every field: the dtype and shape `reset` gives for these params (the compiled kernels
 index without bounds checks), finite floats, and the range the rules allow by the state's tick (`_RANGES`,
-one entry per field; a test checks none is missing): indices within the world's sizes, counters within
+one entry per field; a test puts an absurd value in each): indices within the world's sizes, counters within
 what the ticks elapsed allow, prices and probabilities within theirs, and money and shares within what the
 config's cash and liquidity can grow to (`sim.bounds`), every share backed by its market's collateral. A
 state that passes steps to the end of its episode with finite numbers; one the world could not reach is
@@ -73,8 +73,8 @@ def _index(size: Callable[[WorldParams], int], what: str) -> Callable[[_World], 
     return lambda w: _Range(0, size(w.params) - 1, f"an index of {what}")
 
 
-def _count(per_tick: Callable[[WorldParams], int], what: str) -> Callable[[_World], _Range]:
-    return lambda w: _Range(0, per_tick(w.params) * w.tick, f"a count of {what} so far")
+def _count(per_tick: Callable[[WorldParams], int], what: str, why: str = "") -> Callable[[_World], _Range]:
+    return lambda w: _Range(0, per_tick(w.params) * w.tick, f"{what}: at most {per_tick(w.params)} a tick{why}")
 
 
 def _sign(w: _World) -> _Range:
@@ -143,7 +143,7 @@ _RANGES: dict[str, Callable[[_World], _Range] | None] = {
     "pos_margin": lambda w: _flat(w, -w.usd[:, None], w.usd[:, None],
                                   "a margin in USD (funding can take it below 0 while the position gains)"),
     "pos_serial": lambda w: _Range(0, np.maximum(w.state.next_pos_serial - 1, 0), "a position serial handed out"),
-    "next_pos_serial": _count(lambda p: 1, "positions opened (one action a tick)"),
+    "next_pos_serial": _count(lambda p: 1, "positions opened"),
     "narr_active": None,
     "narr_ticker": _index(lambda p: p.num_perps, "the perps"),
     "narr_sign": _sign,
@@ -162,12 +162,12 @@ _RANGES: dict[str, Callable[[_World], _Range] | None] = {
     "perp_news_acc": _signal("perp_news_acc"),
     # --- social
     "joined": None,
-    "posts_created": _count(lambda p: 1, "posts (one action a tick)"),
-    "dms_sent": _count(lambda p: 1, "messages (one action a tick)"),
-    "followers": _count(lambda p: 1 + int(bounds.REPUTATION_MAX), "followers (a post adds 1 + reputation // 25)"),
+    "posts_created": _count(lambda p: 1, "posts"),
+    "dms_sent": _count(lambda p: 1, "messages"),
+    "followers": _count(lambda p: 1 + int(bounds.REPUTATION_MAX), "followers", " (a post adds 1 + reputation // 25)"),
     "reputation": _reputation,
     # --- feeds
-    "news_count": _count(lambda p: 2, "news items (market news, and a narrative's leak or event, a tick)"),
+    "news_count": _count(lambda p: 2, "news items", " (market news, and a narrative's leak or its event)"),
     "news_tick": _feed_tick,
     "news_kind": lambda w: _Range(0, 2, "a news kind (0 market, 1 leak, 2 announcement)"),
     "news_target": lambda w: _Range(0, np.where(w.market_news(), w.params.num_markets, w.params.num_perps) - 1,
@@ -182,7 +182,7 @@ _RANGES: dict[str, Callable[[_World], _Range] | None] = {
     "post_target": _index(lambda p: p.num_markets, "the market slots"),
     "post_serial": _serial,
     "post_signal": _sign,
-    "tip_count": _count(lambda p: p.num_groups, "tips (one per group a tick)"),
+    "tip_count": _count(lambda p: p.num_groups, "tips", " (one per group)"),
     "tip_tick": _feed_tick,
     "tip_group": _index(lambda p: p.num_groups, "the groups"),
     "tip_target": _index(lambda p: p.num_markets, "the market slots"),
@@ -194,8 +194,9 @@ _RANGES: dict[str, Callable[[_World], _Range] | None] = {
 }
 """Every `WorldState` field's allowed values (None: any value of its dtype), by the rules and the config."""
 
-_BACKED = (("pm_yes", "pm_no"), ("pm_house_yes", "pm_house_no"), ("hold_yes", "hold_no"))
-"""Share holdings of a market (the pool's, the house's, the agent's): each at most its collateral."""
+_BACKED = ("pm_yes", "pm_no", "pm_house_yes", "pm_house_no", "hold_yes", "hold_no")
+"""Share holdings of a market (the pool's, the house's, the agent's): each at most its collateral, as the NPCs'
+together are (a share is a half of a complete set, and each set is 1 USD of collateral)."""
 
 
 def _template(params: WorldParams) -> WorldState:
@@ -252,8 +253,7 @@ def check_state(state: WorldState, params: WorldParams, batch_size: int = 1) -> 
             _within(name, getattr(state, name), rule(world))
     collateral = state.pm_collateral
     backed = _Range(0, collateral, "shares, each backed by 1 USD of the market's collateral")
-    for pair in _BACKED:
-        for name in pair:
-            _within(name, getattr(state, name), backed)
+    for name in _BACKED:
+        _within(name, getattr(state, name), backed)
     for name in ("npc_yes", "npc_no"):
         _within(f"{name} (summed over NPCs)", getattr(state, name).sum(axis=1), backed)
