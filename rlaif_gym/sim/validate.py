@@ -6,8 +6,9 @@ index without bounds checks), finite floats, and the range the rules allow by th
 one entry per field; a test puts an absurd value in each): indices within the world's sizes, counters within
 what the ticks elapsed allow, prices and probabilities within theirs, and money and shares within what the
 config's cash and liquidity can grow to (`sim.bounds`), every share backed by its market's collateral. A
-state that passes steps to the end of its episode with finite numbers; one the world could not reach is
-refused, naming the field, the bound and the value.
+state that passes steps to the end of its episode with finite numbers (for any config whose worst case stays
+in float range, see `sim.bounds`); one the world could not reach is refused, naming the field, the bound and
+the value.
 """
 
 from __future__ import annotations

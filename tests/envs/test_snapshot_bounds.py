@@ -369,7 +369,10 @@ def test_fuzzed_snapshots_are_refused_or_step_to_the_end(base, mutations, seed):
     (("fields", "done"), False, r"fields.done must be true or false \(true at tick num_ticks"),
 ])
 def test_header_values_no_writer_makes_are_refused(path, value, message):
-    env = _env_at(RLAIFTextEnv, {**SMALL, "backend": "numpy"}, seed=4, ticks=10)  # the episode's end
+    env = RLAIFTextEnv({**SMALL, "backend": "numpy"}, render_mode="rgb_array")
+    env.reset(seed=4)
+    while not env.step('{"type": "wait"}')[3]:  # waits to the episode's end (truncated at num_ticks)
+        pass
     header, arrays = _unpack(env.get_state().to_bytes())
     node = header
     for key in path[:-1]:
