@@ -13,9 +13,14 @@ the render history and, for the text face, the current numeric observation. The 
 not stored: it is a function of the world (`build_view`), rebuilt on decode.
 
 Decoding checks everything before anything uses it: sizes (`MAX_SNAPSHOT_BYTES`, the decompressed size
-too), the header's JSON depth, the config (`RLAIFEnvConfig`'s own validation), every array's dtype
-and shape against what `reset` makes for that config, and the world's invariants
-(`sim.validate.check_state`: finite floats, indices in range). Any failure raises `SnapshotFormatError`
+too), the header's JSON depth (and no NaN or Infinity, which JSON does not have), the config
+(`RLAIFEnvConfig`'s own validation), every array's dtype and shape against what `reset` makes for that
+config, the world (`sim.validate.check_state`: every field within what the rules and the config allow by
+its tick) and the bookkeeping the same way: the render history (prices in [0, 1], equity within the
+world's money), the behaviour tracker (its counts within the ticks played, its copies of the world's
+numbers equal to them), the feedback and the prompt (text any UTF-8 reader can hold)
+and the numeric observation (within the observation space). A snapshot that decodes restores into an
+env that steps to the end of its episode with finite rewards. Any failure raises `SnapshotFormatError`
 saying what was expected and what arrived.
 
 This module is layer L4 (envs).
@@ -39,12 +44,14 @@ from ..encoding import feature_layout
 from ..encoding.view import build_view
 from ..errors import ConfigError, RLAIFError
 from ..rewards.archetypes import normalize_archetype
+from ..sim import bounds
 from ..sim.validate import check_state
+from ..trajectory import storable_text
 from .behavior import BatchBehavior, BehaviorTracker
 from .core import world_params
 
 __all__ = ["MAX_SNAPSHOT_BYTES", "SNAPSHOT_FORMAT", "SNAPSHOT_FORMAT_VERSION", "SnapshotFormatError",
-           "decode_snapshot", "encode_snapshot"]
+           "check_number", "check_text", "decode_snapshot", "encode_snapshot"]
 
 SNAPSHOT_FORMAT = "rlaif-env-snapshot"
 SNAPSHOT_FORMAT_VERSION = 1
@@ -58,6 +65,10 @@ _MAX_JSON_DEPTH = 32
 _GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
 """The bit generators numpy ships; a snapshot names one of them and its state (plain integers)."""
 _TRACKER_FIELDS = {f.name: f for f in fields(BehaviorTracker)}
+_MAX_NUMBER = 1e300
+"""The largest magnitude of a number in the header: a sum the episode goes on adding to stays finite."""
+_BEHAVIOR_SCORE = (-0.5, 0.5)
+"""The range of `behavior_score` (the tracker's `last_score`)."""
 
 
 class SnapshotFormatError(RLAIFError, ValueError):
@@ -147,6 +158,11 @@ def _inflate(data: object) -> bytes:
     return raw
 
 
+def _no_constant(name: str) -> float:
+    """`json.loads`'s hook for NaN, Infinity and -Infinity, which JSON does not have and the writer never writes."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _header(raw: bytes) -> tuple[dict[str, Any], memoryview]:
     if not raw.startswith(_MAGIC) or len(raw) < len(_MAGIC) + _HEADER_LEN.size:
         raise _fail("the data does not start with the snapshot marker")
@@ -155,9 +171,9 @@ def _header(raw: bytes) -> tuple[dict[str, Any], memoryview]:
     if start + length > len(raw):
         raise _fail(f"the header claims {length} bytes, only {len(raw) - start} follow")
     try:
-        header = json.loads(raw[start : start + length].decode("utf-8"))
+        header = json.loads(raw[start : start + length].decode("utf-8"), parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-        raise _fail(f"the header is not JSON ({type(exc).__name__})") from None
+        raise _fail(f"the header is not JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
     if not isinstance(header, dict) or _depth(header, _MAX_JSON_DEPTH) > _MAX_JSON_DEPTH:
         raise _fail("the header is not a JSON object of the snapshot layout")
     if header.get("format") != SNAPSHOT_FORMAT:
@@ -206,52 +222,111 @@ def _arrays(specs: object, body: memoryview) -> dict[str, np.ndarray]:
     return out
 
 
-def _floats(value: object, name: str, limit: int) -> list[float]:
-    if not (isinstance(value, list) and len(value) <= limit
-            and all(type(v) in (int, float) and abs(v) < 1e300 and math.isfinite(v) for v in value)):
-        raise _fail(f"{name} must be a list of at most {limit} finite numbers")
-    return [float(v) for v in value]
+def _number(value: object, name: str, low: float = -_MAX_NUMBER, high: float = _MAX_NUMBER) -> float:
+    """A finite number in [low, high] (with the validator's relative rounding room of 1e-9)."""
+    try:
+        number = check_number(value, name)
+    except SnapshotFormatError as exc:
+        raise _fail(str(exc)) from None
+    if not low - 1e-9 * abs(low) <= number <= high + 1e-9 * abs(high):
+        raise _fail(f"{name} must lie in [{low:.6g}, {high:.6g}], got {number:.6g}")
+    return number
 
 
-def _tracker(data: object, archetype: str, num_ticks: int) -> BehaviorTracker:
+def _floats(value: object, name: str, limit: int, low: float = -_MAX_NUMBER, high: float = _MAX_NUMBER) -> list[float]:
+    """A list of at most `limit` finite numbers, each in [low, high]."""
+    if not isinstance(value, list) or len(value) > limit:
+        got = f"{len(value)} entries" if isinstance(value, list) else type(value).__name__
+        raise _fail(f"{name} must be a list of at most {limit} numbers, got {got}")
+    return [_number(v, f"{name}[{i}]", low, high) for i, v in enumerate(value)]
+
+
+def check_number(value: object, name: str) -> float:
+    """A finite JSON number of magnitude at most 1e300 (an episode's running sum adds finite rewards to it).
+
+    Raises:
+        SnapshotFormatError: anything else (a NaN, an infinity, a bool, a string); the message names `name`.
+    """
+    if type(value) not in (int, float) or not math.isfinite(value) or abs(value) > _MAX_NUMBER:
+        raise SnapshotFormatError(f"{name} must be a finite number of magnitude at most {_MAX_NUMBER:g}, got "
+                                  f"{str(value)[:40]} ({type(value).__name__})")
+    return float(value)
+
+
+def check_text(value: object, name: str, max_chars: int = MAX_SNAPSHOT_BYTES, *, min_chars: int = 1) -> str:
+    """Text every UTF-8 reader can hold (no lone surrogate, such as the JSON escape \\ud800 decodes to), of
+    `min_chars` to `max_chars` characters.
+
+    Raises:
+        SnapshotFormatError: not a string, too short or too long, or holding a lone surrogate; the message names
+            `name`.
+    """
+    if not isinstance(value, str) or not min_chars <= len(value) <= max_chars:
+        got = f"{len(value)} characters" if isinstance(value, str) else type(value).__name__
+        raise SnapshotFormatError(f"{name} must be a string of {min_chars} to {max_chars} characters, got {got}")
+    repaired = storable_text(value)[1]
+    if repaired:
+        raise SnapshotFormatError(f"{name} must be text UTF-8 can hold, got one with {repaired} lone surrogate(s) "
+                                  "(such as the JSON escape \\ud800 decodes to; the writer never writes one)")
+    return value
+
+
+def _text(value: object, name: str, min_chars: int = 1) -> str:
+    try:
+        return check_text(value, name, min_chars=min_chars)
+    except SnapshotFormatError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _tracker(data: object, archetype: str, world: sim.WorldState, params: sim.WorldParams) -> BehaviorTracker:
+    """The behaviour tracker of a world at its tick: its copies of the world's numbers (ticks, followers, reputation,
+    groups joined, messages, posts) equal to the world's, its other counts within the ticks played (one action a
+    tick) or the markets resolved, its amounts within the world's money."""
     if not isinstance(data, dict) or set(data) != set(_TRACKER_FIELDS):
         raise _fail(f"a behaviour tracker must have exactly the fields {sorted(_TRACKER_FIELDS)}")
     if data["archetype"] != archetype:
         raise _fail(f"the behaviour tracker is for archetype {data['archetype']!r}, the config says {archetype!r}")
-    values: dict[str, Any] = {"archetype": archetype}
-    limit = 4 * (num_ticks + 1)
-    for name in _TRACKER_FIELDS:
+    tick = int(world.tick[0])
+    copies = {"ticks": tick, "followers": int(world.followers[0]), "reputation": float(world.reputation[0]),
+              "groups": int(world.joined[0].sum()), "dms": int(world.dms_sent[0]), "posts": int(world.posts_created[0])}
+    for name, want in copies.items():
+        if data[name] != want or type(data[name]) is not type(want):
+            raise _fail(f"behaviour field {name!r} must equal the world's {want!r} (it copies it), got "
+                        f"{str(data[name])[:40]}")
+    counts = {"trades": tick, "predictions": tick, "correct": int(world.next_serial[0]) - params.num_markets}
+    for name, most in counts.items():
         value = data[name]
-        if name == "archetype":
-            continue
-        kind = _TRACKER_FIELDS[name].type
-        if kind == "int":
-            if type(value) is not int or not 0 <= value <= 10**12:
-                raise _fail(f"behaviour field {name!r} must be a non-negative integer")
-        elif kind == "float":
-            (value,) = _floats([value], f"behaviour field {name!r}", 1)
-        elif name in ("samples", "sizes"):
-            value = _floats(value, f"behaviour field {name!r}", limit)
-        elif name == "markets":
-            if not (isinstance(value, list) and len(value) <= limit and all(isinstance(v, str) and len(v) <= 64
-                                                                            for v in value)):
-                raise _fail("behaviour field 'markets' must be a list of market ids")
-            value = set(value)
-        elif name == "recipients":
-            if not (isinstance(value, list) and len(value) <= limit and all(type(v) is int for v in value)):
-                raise _fail("behaviour field 'recipients' must be a list of integers")
-            value = set(value)
-        values[name] = value
-    return BehaviorTracker(**values)
+        if type(value) is not int or not 0 <= value <= most:
+            raise _fail(f"behaviour field {name!r} must be an integer in [0, {most}] at tick {tick} (one action a "
+                        f"tick; a market called right has resolved), got {str(value)[:40]}")
+    usd = float(bounds.money(params, world.tick)[0])
+    reputation = (0.0, bounds.REPUTATION_MAX)
+    start_reputation = _number(data["start_reputation"], "behaviour field 'start_reputation'", *reputation)
+    last_score = _number(data["last_score"], "behaviour field 'last_score'", *_BEHAVIOR_SCORE)
+    samples = _floats(data["samples"], "behaviour field 'samples' (realized PnL, USD)", tick, -usd, usd)
+    sizes = _floats(data["sizes"], "behaviour field 'sizes' (USD)", tick, params.min_order,
+                    params.max_leverage * usd)
+    markets, recipients = data["markets"], data["recipients"]
+    names = {f"market-{n}" for n in range(int(world.next_serial[0]))} | set(sim.PERP_TICKERS[: params.num_perps])
+    if not (isinstance(markets, list) and len(markets) <= min(tick, len(names))
+            and all(isinstance(v, str) and v in names for v in markets)):
+        raise _fail("behaviour field 'markets' must list ids of markets opened so far and perp tickers")
+    if not (isinstance(recipients, list) and len(recipients) <= params.num_npcs
+            and all(type(v) is int and 0 <= v < params.num_npcs for v in recipients)):
+        raise _fail(f"behaviour field 'recipients' must list NPC indices in [0, {params.num_npcs})")
+    return BehaviorTracker(archetype=archetype, start_reputation=start_reputation, samples=samples,
+                           markets=set(markets), sizes=sizes, recipients=set(recipients), last_score=last_score,
+                           **{name: data[name] for name in counts}, **copies)
 
 
 def _feedback(value: object) -> dict[str, Any] | None:
     if value is None:
         return None
-    if (isinstance(value, dict) and set(value) == {"success", "error"} and isinstance(value["success"], bool)
-            and (value["error"] is None or isinstance(value["error"], str))):
-        return dict(value)
-    raise _fail('feedback must be null or {"success": bool, "error": str | null}')
+    if not (isinstance(value, dict) and set(value) == {"success", "error"} and isinstance(value["success"], bool)):
+        raise _fail('feedback must be null or {"success": bool, "error": str | null}')
+    if value["error"] is not None:
+        _text(value["error"], "the feedback's error", min_chars=0)
+    return dict(value)
 
 
 def decode_snapshot(data: object, *, env_class: type | None = None) -> tuple[Any, dict[str, Any]]:
@@ -307,14 +382,21 @@ def _decode(data: object, env_class: type | None) -> tuple[Any, dict[str, Any]]:
     f = header.get("fields")
     if not isinstance(f, dict):
         raise _fail("the header has no fields object")
-    limit = params.num_ticks + 1
+    tick = int(world.tick[0])
     prices = arrays["prices"]
-    if prices.ndim != 2 or prices.shape[0] > limit or prices.shape[1] != params.num_markets \
-            or not np.isfinite(prices).all():
-        raise _fail(f"the price history must be finite, of shape (n <= {limit}, {params.num_markets})")
+    if prices.ndim != 2 or prices.shape[0] > tick + 1 or prices.shape[1] != params.num_markets \
+            or not ((prices >= 0) & (prices <= 1)).all():
+        raise _fail(f"the price history must hold YES prices in [0, 1], of shape (n <= {tick + 1}, "
+                    f"{params.num_markets}) at tick {tick}")
+    usd = float(bounds.money(params, world.tick)[0])
+    equity = _floats(f.get("equity_history"), "fields.equity_history (USD)", len(prices), 0.0, usd)
+    if len(equity) != len(prices):
+        raise _fail(f"the equity history has {len(equity)} entries and the price history {len(prices)}: one of "
+                    "each is recorded per tick")
     done = f.get("done")
-    if not isinstance(done, bool):
-        raise _fail("fields.done must be true or false")
+    if not isinstance(done, bool) or (tick >= params.num_ticks and not done):
+        raise _fail(f"fields.done must be true or false (true at tick num_ticks = {params.num_ticks}), got "
+                    f"{str(done)[:20]} at tick {tick}")
     behavior = f.get("behavior")
     if (behavior is None) != (archetype is None):
         raise _fail(f"the behaviour trackers do not match the config's archetype ({archetype!r})")
@@ -323,18 +405,20 @@ def _decode(data: object, env_class: type | None) -> tuple[Any, dict[str, Any]]:
         if not isinstance(behavior, list) or len(behavior) != 1:
             raise _fail("fields.behavior must list one tracker")
         batch = BatchBehavior(archetype, 1)
-        batch.trackers = [_tracker(behavior[0], archetype, params.num_ticks)]
+        batch.trackers = [_tracker(behavior[0], archetype, world, params)]
     env_fields: dict[str, Any] = {
         "_feedback": _feedback(f.get("feedback")), "_done": done, "_prices": list(prices),
-        "_equity": _floats(f.get("equity_history"), "fields.equity_history", limit), "_behavior": batch,
+        "_equity": equity, "_behavior": batch,
     }
     if cls is RLAIFTextEnv:
-        prompt, numeric = f.get("prompt"), arrays["numeric"]
-        if not isinstance(prompt, str):
-            raise _fail("fields.prompt must be a string")
-        dim = len(feature_layout(params).names)
-        if numeric.shape != (dim,) or numeric.dtype != np.float32 or not np.isfinite(numeric).all():
-            raise _fail(f"the numeric observation must be {dim} finite float32 values")
+        # No length bound but the snapshot's: a reply's quoted field can make a real prompt longer than the
+        # observation space's max_length.
+        prompt = _text(f.get("prompt"), "fields.prompt")
+        numeric, layout = arrays["numeric"], feature_layout(params)
+        if numeric.shape != layout.low.shape or numeric.dtype != np.float32 or not np.isfinite(numeric).all() \
+                or (numeric < layout.low).any() or (numeric > layout.high).any():
+            raise _fail(f"the numeric observation must be {len(layout.names)} float32 values within the "
+                        "observation space's bounds")
         env_fields.update(_view=build_view(world, params, 0), _prompt=prompt, _numeric=numeric)
     meta = header.get("meta")
     if not isinstance(meta, dict):

@@ -55,6 +55,14 @@ _LEAK_RATE = 0.35
 _INFORMED_NOISE = 0.06  # std of informed NPCs' belief around p*
 _REP_STEP = 4.0  # reputation change per right/wrong market call
 _NEWS_SOURCE_PROBS = np.array([0.35, 0.35, 0.30])
+# The ranges of the world's draws, each (low, span): a value is low + span * u for a uniform u in [0, 1).
+# Written once here; the compiled backend (`sim.fast`) and the state validator's bounds (`sim.bounds`) read them.
+_TRUTH = (0.1, 0.8)  # a market's hidden true probability p*
+_OPENING_PRICE = (0.3, 0.4)  # a new market's YES price (uninformative)
+_NARRATIVE_LEAD = (6, 15)  # ticks from a narrative's start to its event: low + floor(span * u)
+_NARRATIVE_MOVE = (0.04, 0.08)  # the log-return size of a narrative's event
+_PERP_START_SPREAD = 0.05  # std of a perp's log start price around its base price
+_FUNDING_CAP = 3e-3  # the largest |funding rate| per interval, a fraction of the position's current notional
 
 
 def _logit_weight(reliability: float | np.ndarray) -> np.ndarray:
@@ -176,7 +184,7 @@ def reset(params: WorldParams, keys: np.ndarray) -> WorldState:
     b, m, p, k, g = len(keys), params.num_markets, params.num_perps, params.num_npcs, params.num_groups
     u = rng.uniforms(keys, _RESET_STREAM, 2 * p + k)
     base = np.array(PERP_BASE_PRICES[:p])
-    price0 = base * np.exp(0.05 * rng.normals(u[:, :p], u[:, p : 2 * p]))
+    price0 = base * np.exp(_PERP_START_SPREAD * rng.normals(u[:, :p], u[:, p : 2 * p]))
     behaviour = npc_behaviours(params)
     rep_centre = np.select(
         [behaviour == NpcBehaviour.INFORMED, behaviour == NpcBehaviour.DECEIVER], [68.0, 58.0], default=48.0
@@ -211,9 +219,9 @@ def _open_markets(state: WorldState, params: WorldParams, slots: np.ndarray, *, 
     serial = serial + order
     np.add.at(state.next_serial, wb, 1)
     u = rng.uniforms(state.key[wb], _MARKET_STREAM + serial, 4)
-    truth = 0.1 + 0.8 * u[:, 0]
+    truth = _TRUTH[0] + _TRUTH[1] * u[:, 0]
     outcome = (u[:, 1] < truth).astype(np.int64)
-    p0 = 0.3 + 0.4 * u[:, 2]
+    p0 = _OPENING_PRICE[0] + _OPENING_PRICE[1] * u[:, 2]
     lo = params.market_duration_min // 2 if initial else params.market_duration_min
     life = lo + np.floor(u[:, 3] * (params.market_duration_max - lo + 1)).astype(np.int64)
     liq = params.market_liquidity
@@ -523,15 +531,15 @@ def _advance_perps(state: WorldState, params: WorldParams, u: np.ndarray, c: _Co
     state.narr_active[sw] = True
     state.narr_ticker[sw] = np.floor(u[sw, o + 1] * p).astype(np.int64)
     state.narr_sign[sw] = np.where(u[sw, o + 2] < 0.5, 1.0, -1.0)
-    state.narr_tick[sw] = now[sw] + 6 + np.floor(u[sw, o + 3] * 15).astype(np.int64)
-    state.narr_mag[sw] = 0.04 + 0.08 * u[sw, o + 4]
+    state.narr_tick[sw] = now[sw] + _NARRATIVE_LEAD[0] + np.floor(u[sw, o + 3] * _NARRATIVE_LEAD[1]).astype(np.int64)
+    state.narr_mag[sw] = _NARRATIVE_MOVE[0] + _NARRATIVE_MOVE[1] * u[sw, o + 4]
 
 
 def _funding_and_liquidation(state: WorldState, params: WorldParams, now: np.ndarray) -> np.ndarray:
     due = (now % params.funding_interval) == 0
     if due.any():
         # Funding follows the premium of price over its moving average; longs pay when positive.
-        rate = np.clip(1e-4 + 0.05 * np.log(state.perp_price / state.perp_ema), -3e-3, 3e-3)
+        rate = np.clip(1e-4 + 0.05 * np.log(state.perp_price / state.perp_ema), -_FUNDING_CAP, _FUNDING_CAP)
         state.perp_funding[due] = rate[due]
         current = state.pos_notional * state.perp_price / np.where(state.pos_side != 0, state.pos_entry, 1.0)
         payment = np.where(due[:, None], state.pos_side * current * state.perp_funding, 0.0)

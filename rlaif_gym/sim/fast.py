@@ -231,6 +231,11 @@ _LEAK_RELIABILITY = engine._LEAK_RELIABILITY
 _LEAK_RATE = engine._LEAK_RATE
 _INFORMED_NOISE = engine._INFORMED_NOISE
 _REP_STEP = engine._REP_STEP
+_TRUTH_LOW, _TRUTH_SPAN = engine._TRUTH
+_OPEN_LOW, _OPEN_SPAN = engine._OPENING_PRICE
+_LEAD_LOW, _LEAD_SPAN = engine._NARRATIVE_LEAD
+_MOVE_LOW, _MOVE_SPAN = engine._NARRATIVE_MOVE
+_FUNDING_CAP = engine._FUNDING_CAP
 _TWO_PI = 2.0 * np.pi
 _R = FEED_LENGTH
 _INFORMED = NpcBehaviour.INFORMED
@@ -828,8 +833,8 @@ def _advance_perps(b, s, pf, pi, cf, now, key, su, ret):
         s.narr_active[b] = True
         s.narr_ticker[b] = np.int64(math.floor(_uniform_at(key, su, o_narr + 1) * np_))
         s.narr_sign[b] = 1.0 if _uniform_at(key, su, o_narr + 2) < 0.5 else -1.0
-        s.narr_tick[b] = now + 6 + np.int64(math.floor(_uniform_at(key, su, o_narr + 3) * 15))
-        s.narr_mag[b] = 0.04 + 0.08 * _uniform_at(key, su, o_narr + 4)
+        s.narr_tick[b] = now + _LEAD_LOW + np.int64(math.floor(_uniform_at(key, su, o_narr + 3) * _LEAD_SPAN))
+        s.narr_mag[b] = _MOVE_LOW + _MOVE_SPAN * _uniform_at(key, su, o_narr + 4)
 
 
 @_jit_phase
@@ -839,7 +844,7 @@ def _funding_and_liquidation(b, s, pf, pi, now, payment, hit):
     if now % pi[_FUNDING_INTERVAL] == 0:
         for t in range(np_):
             rate = 1e-4 + 0.05 * math.log(s.perp_price[b, t] / s.perp_ema[b, t])
-            s.perp_funding[b, t] = _fmin(_fmax(rate, -3e-3), 3e-3)
+            s.perp_funding[b, t] = _fmin(_fmax(rate, -_FUNDING_CAP), _FUNDING_CAP)
             side = s.pos_side[b, t]
             current = s.pos_notional[b, t] * s.perp_price[b, t] / (s.pos_entry[b, t] if side != 0 else 1.0)
             payment[t] = side * current * s.perp_funding[b, t]
@@ -1051,8 +1056,8 @@ def _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf
         serial = s.next_serial[b] + opened
         opened += 1
         _uniforms(s.key[b], _U64(_MARKET_STREAM + serial), 4, u4)
-        truth = 0.1 + 0.8 * u4[0]
-        p0 = 0.3 + 0.4 * u4[2]
+        truth = _TRUTH_LOW + _TRUTH_SPAN * u4[0]
+        p0 = _OPEN_LOW + _OPEN_SPAN * u4[2]
         life = dmin + np.int64(math.floor(u4[3] * (dmax - dmin + 1)))
         pool_yes = 2.0 * liq * (1.0 - p0)
         pool_no = 2.0 * liq * p0

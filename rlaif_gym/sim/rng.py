@@ -14,15 +14,20 @@ which is the standard way to turn counters into well-mixed 64-bit words.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["draw_keys", "uniforms"]
+__all__ = ["NORMAL_MAX", "draw_keys", "normals", "uniforms"]
 
 _U64 = np.uint64
 _C1 = _U64(0xBF58476D1CE4E5B9)
 _C2 = _U64(0x94D049BB133111EB)
 _GOLDEN = _U64(0x9E3779B97F4A7C15)
 _TO_UNIT = 2.0**-53
+NORMAL_MAX = math.sqrt(-2.0 * math.log(_TO_UNIT))
+"""The largest magnitude `normals` returns (about 8.57): a uniform is at most 1 - 2**-53, so the Box-Muller radius
+sqrt(-2 log(1 - u1)) is at most sqrt(2 * 53 ln 2). The world's worst cases (`sim.bounds`) start from it."""
 
 
 def _mix(x: np.ndarray) -> np.ndarray:

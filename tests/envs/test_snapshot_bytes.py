@@ -135,7 +135,7 @@ def _world_bytes_with(snap: EnvSnapshot, name: str, value) -> bytes:
     ("narr_ticker", 99, "narr_ticker"),
     ("post_author", -2, "post_author"),
     ("cash", np.nan, "'cash' holds a NaN"),
-    ("pm_yes", 0.0, "'pm_yes' must be positive"),
+    ("pm_yes", 0.0, r"'pm_yes' at \[0\] must lie in"),
     ("tick", 10**6, "'tick' must lie in"),
 ])
 def test_a_world_the_engine_could_not_hold_is_refused_naming_the_field(field, value, message):

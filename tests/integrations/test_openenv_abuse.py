@@ -1,4 +1,4 @@
-"""`rlaif-gym serve` against careless and hostile clients (issue 25 rows 4, 5, 7, 8, 12, 15).
+"""`rlaif-gym serve` against careless and hostile clients (issue 25 rows 4, 5, 7, 8, 12, 15; issue 37 rows S1, S2).
 
 Every test starts a real uvicorn server on 127.0.0.1 (a free port, in a thread) and talks to it over the
 network: `RLAIFEnvClient` and raw frames over the WebSocket, httpx and raw sockets over HTTP (a raw
@@ -8,10 +8,14 @@ log is watched: no request may end in an internal error.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import math
 import socket
+import struct
 import time
+import zlib
 
 import pytest
 
@@ -28,6 +32,7 @@ from rlaif_gym.integrations.openenv import (
     RLAIFEnvClient,
     RLAIFOpenEnv,
     SessionPool,
+    SnapshotCodec,
     UnknownSessionError,
     background_server,
     create_app,
@@ -384,3 +389,91 @@ def test_a_client_that_leaves_mid_search_stops_it(server_log, ticks_played):
             state = httpx.get(f"{url}/state", params={"session_id": session}, timeout=PATIENT_S)
             assert state.status_code == 200 and (state.json()["seed"], state.json()["tick"]) == (7, 1), state.text
         _wait_until(lambda: httpx.get(f"{url}/sessions").json()["active_sessions"] == 1, "the new session closed")
+def _forged(token: str, meta: dict | None = None, world: dict | None = None) -> str:
+    """`token` with session fields or world fields changed, signed with the server's key: what a client holding
+    the key (or a server of the same key with a bug) can hand the server."""
+    prefix, version, body, _ = token.split(":")
+    raw = zlib.decompress(base64.urlsafe_b64decode(body))
+    n = int.from_bytes(raw[10:14], "little")
+    header, arrays = json.loads(raw[14 : 14 + n]), bytearray(raw[14 + n :])
+    for key, value in (meta or {}).items():
+        if value is None:
+            del header["meta"][key]
+        else:
+            header["meta"][key] = value
+    at = 0
+    for name, dtype, shape in header["arrays"]:
+        size = int(dtype[-1]) * math.prod(shape)
+        field = name.removeprefix("world.")
+        if field in (world or {}):  # the first element of a float64 field
+            arrays[at : at + 8] = struct.pack("<d", world[field])
+        at += size
+    head = json.dumps(header).encode()  # allow_nan: NaN and Infinity go out as JSON's extension
+    payload = zlib.compress(raw[:10] + len(head).to_bytes(4, "little") + head + bytes(arrays))
+    signed = f"{prefix}:{version}:{base64.urlsafe_b64encode(payload).decode()}"
+    return f"{signed}:{SnapshotCodec(KEY)._mac(signed)}"
+
+
+FORGED = [  # (session fields, world fields): each was restored, then broke /state, /restore or /step
+    ({"episode_return": float("nan")}, None),  # S2: /restore 200, then /state a raw 500 (NaN is not JSON)
+    ({"episode_return": float("inf")}, None),
+    ({"episode_return": 1e308}, None),  # finite, but a step's reward could take the sum to inf
+    ({"prompt": "hour 0 \ud800"}, None),  # S2: /restore a raw 500 (UTF-8 cannot encode a lone surrogate)
+    ({"episode_id": "\udc00id"}, None),  # S2: /state a raw 500
+    ({"prompt": ""}, None),
+    ({"extra": [1, 2]}, None),  # a field snapshot() never writes
+    ({"truncated": None}, None),  # one it always writes, missing
+    (None, {"hold_yes": 1e308}),  # S1: restored, then the first step an INTERNAL_ERROR (pnl not finite)
+    (None, {"cash": -5.0}),
+]
+
+
+@pytest.mark.parametrize(("meta", "world"), FORGED)
+def test_a_signed_token_with_bad_session_fields_or_world_is_a_typed_error(url, meta, world):
+    """Issue 37 rows S1 and S2: a token signed with the server's key whose session fields are not what
+    snapshot() writes (a NaN or infinite return, a lone surrogate in the prompt or the episode id, a field
+    missing or unknown) or whose world no episode reaches: /restore (HTTP and WebSocket) answers a typed 422
+    SnapshotTokenError, never a 500; the session it was sent to keeps its episode, its /state and /step work."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        opened = http.post("/reset", json={"seed": 3, "episode_id": "mine"}).json()
+        sid = opened["session_id"]
+        token = http.post("/snapshot", json={"session_id": sid}).json()["snapshot"]
+        forged = _forged(token, meta, world)
+        for body in ({"snapshot": forged}, {"snapshot": forged, "session_id": sid}):
+            answer = http.post("/restore", json=body)
+            assert answer.status_code == 422, answer.text[:300]
+            detail = answer.json()["detail"]
+            assert (detail["code"], detail["error_type"]) == ("VALIDATION_ERROR", "SnapshotTokenError"), detail
+            assert "snapshot() " in detail["message"] or "not a restorable snapshot" in detail["message"], detail
+        state = http.get("/state", params={"session_id": sid})
+        assert state.status_code == 200 and state.json()["episode_id"] == "mine" and state.json()["tick"] == 0
+        stepped = http.post("/step", json={"session_id": sid, "action": {"reply": WAIT}})
+        assert stepped.status_code == 200 and math.isfinite(stepped.json()["reward"])
+        assert http.get("/sessions").json()["active_sessions"] == 1  # the refused restores left no session open
+    with ws_connect(_ws(url)) as ws:
+        ws.send(json.dumps({"type": "restore", "data": {"snapshot": forged}}))
+        reply = json.loads(ws.recv(timeout=30))
+        assert reply["type"] == "error" and reply["data"]["code"] == "VALIDATION_ERROR", reply
+        ws.send(json.dumps({"type": "reset", "data": {"snapshot": forged}}))  # restore through reset
+        assert json.loads(ws.recv(timeout=30))["data"]["error_type"] == "SnapshotTokenError"
+        ws.send(json.dumps({"type": "state"}))
+        assert json.loads(ws.recv(timeout=30))["type"] == "state"
+
+
+def test_an_honest_token_restores_after_the_forged_ones(url):
+    """The checks refuse only what snapshot() never writes: a real token of a played episode restores, over
+    HTTP and the WebSocket, and its session fields come back as they were."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        sid = http.post("/reset", json={"seed": 5, "episode_id": "honest"}).json()["session_id"]
+        for _ in range(2):
+            http.post("/step", json={"session_id": sid, "action": {"reply": WAIT}})
+        token = http.post("/snapshot", json={"session_id": sid}).json()["snapshot"]
+        before = http.get("/state", params={"session_id": sid}).json()
+        branch = http.post("/restore", json={"snapshot": token})
+        assert branch.status_code == 200, branch.text[:300]
+        after = http.get("/state", params={"session_id": branch.json()["session_id"]}).json()
+        assert {k: after[k] for k in ("episode_id", "tick", "episode_return")} == \
+            {k: before[k] for k in ("episode_id", "tick", "episode_return")}
+    with ws_connect(_ws(url)) as ws:
+        ws.send(json.dumps({"type": "restore", "data": {"snapshot": token}}))
+        assert json.loads(ws.recv(timeout=30))["type"] == "observation"

@@ -42,7 +42,8 @@ import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from rlaif_gym import RLAIFEnvConfig
-from rlaif_gym.envs.snapshot import SnapshotFormatError
+from rlaif_gym.envs.rlaif_env import EnvSnapshot
+from rlaif_gym.envs.snapshot import SnapshotFormatError, encode_snapshot
 from rlaif_gym.envs.text_env import RLAIFTextEnv
 from rlaif_gym.errors import ConfigError, InvalidActionError, ResetNeeded
 from rlaif_gym.integrations.local_llm import MODEL_REQUIREMENT, missing_local_llm, model_path
@@ -167,6 +168,30 @@ def test_a_shared_dataset_row_cannot_run_code_on_whoever_trains_on_it(tmp_path):
         EpisodeSpec.from_row(**evil)
     assert not marker.exists(), "a dataset row ran code"
     assert isinstance(row["snapshot"], bytes) and b"pickle" not in row["snapshot"]
+    assert RLAIFTRLEnv().reset(**row) == trunk.prompt  # the honest row still works
+
+
+@pytest.mark.parametrize(("field", "value"), [("hold_yes", 1e308), ("pm_yes", 1e308), ("cash", 1e308),
+                                             ("npc_cash", -5.0), ("posts_created", 2**63 - 1)])
+def test_a_row_whose_world_no_episode_reaches_is_refused_at_reset(field, value):
+    """Issue 37 row S1: an unsigned row whose snapshot holds 1e308 shares, pools or cash was restored, and its
+    first act() ended the rollout (`EpisodeFaultError`: the reward was NaN); absurd values that did not break a
+    step (negative NPC cash, a counter at 2**63 - 1) played on. Now the row is refused before any tick, naming
+    the column and the field, by the same check as every other reader of snapshots."""
+    trunk = RLAIFTextEnv(CONFIG)
+    trunk.reset(seed=3)
+    trunk.step(BUY)
+    snap = trunk.get_state()
+    row = build_dataset(snapshots=[snap], ticks=2, contract="environment_factory")[0]
+    world = snap.world.copy()
+    getattr(world, field)[...] = value
+    bad = encode_snapshot(EnvSnapshot(snap.env_class, snap.config, world, snap.np_random, snap.np_random_seed,
+                                      snap.fields))
+    refused = f"column 'snapshot': not a restorable snapshot: world field '{field}'"
+    with pytest.raises(SnapshotFormatError, match=refused):
+        RLAIFTRLEnv().reset(**{**row, "snapshot": bad})
+    with pytest.raises(SnapshotFormatError, match=f"world field '{field}'"):
+        make_rollout_func([{**row, "prompt": [{"role": "user", "content": "x"}], "snapshot": bad}])
     assert RLAIFTRLEnv().reset(**row) == trunk.prompt  # the honest row still works
 
 

@@ -16,6 +16,7 @@ from ..._version import __version__
 from ...config import RLAIFEnvConfig
 from ...envs.decisions import decision_points
 from ...envs.inputs import check_config, check_int, check_seed
+from ...envs.snapshot import SnapshotFormatError, check_number, check_text
 from ...envs.text_env import RLAIFTextEnv
 from ...errors import ConfigError, InvalidActionError, ResetNeeded, SearchCancelled, SearchLimitError
 from ...trajectory import storable_text
@@ -59,6 +60,36 @@ def _check_episode_id(value: object) -> str | None:
         raise ConfigError(f"episode_id must be a string of 1 to {MAX_EPISODE_ID_CHARS} characters or null, got "
                           f"{shown}; pass your own id, or none for a random one")
     return storable_text(value)[0]  # a lone surrogate (a JSON escape such as \ud800) could not be sent back
+
+
+_SESSION_FIELDS = ("episode_id", "prompt", "terminated", "truncated", "episode_return")
+"""The session's bookkeeping a token carries beside the snapshot (what `RLAIFOpenEnv.snapshot` writes)."""
+
+
+def _session_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    """A token's session fields, checked as the boundary text and numbers they are: the server sends each back
+    (the prompt at once, the rest in every state), so each must be a value JSON and UTF-8 can carry.
+
+    Raises:
+        SnapshotTokenError: a field missing, unknown or of another type; a NaN or infinite return; a prompt or
+            episode id that is empty, too long or holds a lone surrogate.
+    """
+    if set(payload) != set(_SESSION_FIELDS):
+        raise SnapshotTokenError(f"the snapshot token's session fields must be exactly {list(_SESSION_FIELDS)} (what "
+                                 f"snapshot() writes), got {sorted(payload)[:8]}; pass the token unchanged")
+    if not (isinstance(payload["terminated"], bool) and isinstance(payload["truncated"], bool)):
+        raise SnapshotTokenError("the snapshot token's terminated and truncated fields must be true or false; pass "
+                                 "the token snapshot() returned, unchanged")
+    try:
+        episode_id = payload["episode_id"]
+        return {"episode_id": None if episode_id is None else check_text(episode_id, "the token's episode_id",
+                                                                             MAX_EPISODE_ID_CHARS),
+                "prompt": check_text(payload["prompt"], "the token's prompt"),
+                "terminated": payload["terminated"], "truncated": payload["truncated"],
+                "episode_return": check_number(payload["episode_return"], "the token's episode_return")}
+    except SnapshotFormatError as exc:
+        raise SnapshotTokenError(f"the snapshot token's session fields are not what snapshot() writes: {exc}; pass "
+                                 "the token snapshot() returned, unchanged") from None
 
 
 class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
@@ -236,10 +267,7 @@ class RLAIFOpenEnv(Environment[RLAIFAction, RLAIFObservation, RLAIFState]):
         """Continue from a token; returns the prompt the snapshotted episode was waiting on."""
         episode_id = _check_episode_id(episode_id)
         snap, payload = self.codec.decode(snapshot)
-        if not (isinstance(payload.get("prompt"), str) and isinstance(payload.get("terminated"), bool)
-                and isinstance(payload.get("truncated"), bool) and isinstance(payload.get("episode_return"), float)
-                and (payload.get("episode_id") is None or isinstance(payload.get("episode_id"), str))):
-            raise SnapshotTokenError("the snapshot token's session fields are not the ones snapshot() writes")
+        payload = _session_fields(payload)
         env = self._env_for(snap.config)
         env.set_state(snap)
         self._episode_id = episode_id if episode_id is not None else payload["episode_id"]

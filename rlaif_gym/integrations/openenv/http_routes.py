@@ -45,11 +45,11 @@ def add_http_routes(app: FastAPI, pool: SessionPool) -> None:
             client = request.client.host if request.client is not None else None
             session = pool.open("http", client) if session_id is None else pool.get(session_id)
             obs = await _call(session, lambda: fn(session.env), client_left=lambda: _client_left(request))
+            return JSONResponse({**_result(obs), "session_id": session.id})  # rendered here: a failure is answered
         except Exception as exc:
             if session_id is None and session is not None:  # the client never learnt its id: free the slot
                 pool.close(session.id)
             return _http_error(exc)
-        return JSONResponse({**_result(obs), "session_id": session.id})
 
     @app.post("/step", tags=["Environment Control"])
     async def step(body: HTTPStepRequest) -> JSONResponse:
@@ -58,9 +58,9 @@ def add_http_routes(app: FastAPI, pool: SessionPool) -> None:
             session = pool.get(body.session_id)
             action = _action(body.action)
             obs = await _call(session, lambda: session.env.step(action))
+            return JSONResponse(_result(obs))
         except Exception as exc:
             return _http_error(exc)
-        return JSONResponse(_result(obs))
 
     @app.get("/state", tags=["State Management"])
     async def state(session_id: str = Query(..., description="The session")) -> JSONResponse:
@@ -68,9 +68,9 @@ def add_http_routes(app: FastAPI, pool: SessionPool) -> None:
         try:
             session = pool.get(session_id)
             value = await _call(session, lambda: session.env.state)
+            return JSONResponse(value.model_dump(mode="json"))
         except Exception as exc:
             return _http_error(exc)
-        return JSONResponse(value.model_dump(mode="json"))
 
     @app.post("/snapshot", tags=["State Management"])
     async def snapshot(body: HTTPSessionRequest) -> JSONResponse:
@@ -78,9 +78,9 @@ def add_http_routes(app: FastAPI, pool: SessionPool) -> None:
         try:
             session = pool.get(body.session_id)
             token, st = await _call(session, lambda: (session.env.snapshot(), session.env.state))
+            return JSONResponse({"snapshot": token, "tick": st.tick, "episode_id": st.episode_id})
         except Exception as exc:
             return _http_error(exc)
-        return JSONResponse({"snapshot": token, "tick": st.tick, "episode_id": st.episode_id})
 
     @app.post("/restore", tags=["State Management"])
     async def restore(body: HTTPRestoreRequest, request: Request) -> JSONResponse:

@@ -1,0 +1,396 @@
+"""A restored state is a state the world could reach (issue 37, item 4: rows S1 and S2's snapshot half).
+
+`sim.validate.check_state` bounds every `WorldState` field by what the rules and the config allow by the
+state's tick (`sim.bounds`), and `decode_snapshot` checks the env's bookkeeping the same way. Through the
+public API only (`get_state`, `EnvSnapshot.to_bytes` / `from_bytes`, `set_state`, `step`):
+
+* absurd values are refused, in every field: 1e308 holdings, pools and cash (S1: restored, then the first
+  step failed), and every integer field at 2**63 - 1 or -2**63, negative NPC cash (they played on);
+* real episodes are never refused: a snapshot at every tick of real episodes (both faces, both backends,
+  several seeds and configs, with resolutions, liquidations, NPC trades and margins that funding took below 0)
+  decodes;
+* a fuzz of snapshots, over every `WorldState` field and every bookkeeping field (a sweep of each, and
+  hypothesis): every snapshot either is refused with `SnapshotFormatError` or restores and steps to the end
+  of its episode with finite rewards (and its final state decodes again);
+* the header: NaN and Infinity (JSON has neither), lone surrogates in the prompt or the feedback.
+
+The worlds are small and short (10 ticks) so that the fuzz plays whole episodes: about 20 s on 2 cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import struct
+import zlib
+from dataclasses import fields
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from rlaif_gym import RLAIFEnv, RLAIFTextEnv
+from rlaif_gym.envs.behavior import BehaviorTracker
+from rlaif_gym.envs.rlaif_env import EnvSnapshot
+from rlaif_gym.envs.snapshot import SnapshotFormatError
+from rlaif_gym.llm import ScriptedLLM
+from rlaif_gym.sim import WorldState
+
+SMALL = {"num_ticks": 10, "num_markets": 2, "num_perps": 2, "num_npcs": 3, "num_groups": 2, "market_duration_min": 2,
+         "market_duration_max": 5, "max_leverage": 20, "numeric_perp_leverage": 20, "funding_interval": 2,
+         "news_rate": 1.0, "tip_rate": 0.5}
+BACKENDS = ["numpy", "numba"]
+FACES = [RLAIFEnv, RLAIFTextEnv]
+MODEL = ScriptedLLM()
+WORLD_FIELDS = [f.name for f in fields(WorldState)]
+TRACKER_FIELDS = [f.name for f in fields(BehaviorTracker) if f.name != "archetype"]
+NAN, INF = float("nan"), float("inf")
+
+
+# -- helpers -------------------------------------------------------------------------------------------------------
+
+
+def _unpack(data: bytes) -> tuple[dict, dict[str, np.ndarray]]:
+    """The header and the arrays of snapshot bytes, as the format documents them (envs/snapshot.py)."""
+    raw = zlib.decompress(data)
+    (n,) = struct.unpack_from("<I", raw, 10)
+    header, body, arrays, at = json.loads(raw[14 : 14 + n]), raw[14 + n :], {}, 0
+    for name, dtype, shape in header["arrays"]:
+        count = math.prod(shape)
+        arrays[name] = np.frombuffer(body, dtype, count=count, offset=at).reshape(shape).copy()
+        at += count * np.dtype(dtype).itemsize
+    return header, arrays
+
+
+def _pack(header: dict, arrays: dict[str, np.ndarray]) -> bytes:
+    head = json.dumps(header).encode()  # allow_nan: a NaN or an Infinity reaches the reader as JSON's extension
+    body = b"".join(np.ascontiguousarray(a).tobytes() for a in arrays.values())
+    return zlib.compress(b"RLAIFSNAP\n" + struct.pack("<I", len(head)) + head + body)
+
+
+def _reply(prompt: str, rng: np.random.Generator, params) -> str:
+    """The scripted model's reply, or (a third of the time) a trade that often succeeds: perps at high leverage,
+    large buys, sells of everything."""
+    roll = rng.random()
+    if roll < 0.66:
+        think, action = MODEL.decide(prompt)
+        return f"<think>{think}</think>\n{json.dumps(action)}"
+    if roll < 0.8:
+        action = {"type": "open_perp", "ticker": "perp-" + str(rng.integers(params.num_perps)),
+                  "side": str(rng.choice(["LONG", "SHORT"])), "size": float(rng.uniform(1, 3e4)),
+                  "leverage": float(rng.uniform(1, params.max_leverage))}
+    elif roll < 0.9:
+        action = {"type": "buy_prediction", "market": f"slot:{rng.integers(params.num_markets)}",
+                  "outcome": str(rng.choice(["YES", "NO"])), "amount": float(rng.uniform(1, 5e3))}
+    else:
+        action = {"type": "close_perp", "ticker": "perp-" + str(rng.integers(params.num_perps))}
+    return json.dumps(action)
+
+
+def _action(env, obs, rng: np.random.Generator):
+    if isinstance(env, RLAIFTextEnv):
+        return _reply(obs, rng, env.params)
+    action = rng.integers(0, env.action_space.nvec)
+    if rng.random() < 0.3:
+        action[0] = 3  # open a perp: liquidations and funding
+    return action
+
+
+def _play_to_the_end(env, obs, rng: np.random.Generator, on_step=None) -> int:
+    """Step `env` until its episode ends; every reward and numeric observation must be finite."""
+    steps, done = 0, False
+    while not done:
+        obs, reward, terminated, truncated, info = env.step(_action(env, obs, rng))
+        assert math.isfinite(reward), (steps, info.get("reward_components"))
+        assert isinstance(obs, str) or np.isfinite(obs).all(), steps
+        done, steps = terminated or truncated, steps + 1
+        if on_step is not None:
+            on_step(env, info)
+    return steps
+
+
+def _env_at(face, config: dict, seed: int, ticks: int):
+    """An env `ticks` into an episode of `seed` (or at its end, if it ends sooner)."""
+    env = face(config, render_mode="rgb_array")
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(ticks):
+        obs, _, terminated, truncated, _ = env.step(_action(env, obs, rng))
+        if terminated or truncated:
+            break
+    return env
+
+
+@functools.cache
+def _bases() -> list[bytes]:
+    """Snapshots at tick 5 of 10: each face and backend, with and without an archetype (its behaviour tracker;
+    without one, the compiled backend's numeric face steps through the fused kernel)."""
+    out = []
+    for backend in BACKENDS:
+        for face in FACES:
+            for archetype in (None, "trader"):
+                config = {**SMALL, "backend": backend, "archetype": archetype}
+                out.append(_env_at(face, config, seed=len(out), ticks=5).get_state().to_bytes())
+    return out
+
+
+def _restores_and_steps(data: bytes, seed: int) -> bool:
+    """False: refused with `SnapshotFormatError`. True: it restored, stepped to the end of its episode with finite
+    rewards, and its last state decodes again. Anything else fails the test."""
+    try:
+        snap = EnvSnapshot.from_bytes(data)
+    except SnapshotFormatError:
+        return False
+    env = snap.env_class(snap.config, render_mode="rgb_array")
+    env.set_state(snap)
+    if not snap.fields["_done"]:
+        _play_to_the_end(env, env.prompt if isinstance(env, RLAIFTextEnv) else None, np.random.default_rng(seed))
+    env.render()
+    EnvSnapshot.from_bytes(env.get_state().to_bytes())
+    return True
+
+
+# -- mutations -----------------------------------------------------------------------------------------------------
+
+_FLOATS = [0.0, -0.0, 1.0, -1.0, 0.5, 1e-300, 5e-324, -1e-9, 1e6, 1e12, 1e20, 1e120, 1e150, 1e308, -1e308, NAN, INF,
+           -INF]
+_INTS = [0, 1, -1, 2, 3, 7, 16, 100, 10**6, 2**31, 2**53, 2**62, 2**63 - 1, -(2**63)]
+_SCALES = [-1.0, 0.0, 0.5, 1 + 1e-9, 1.5, 2.0, 10.0, 1e3, 1e6, 1e12, 1e100, 1e200, 1e300]
+_TEXTS = ["", "x", "\ud800", "ok \udfff", "\U0001f600", "x" * 5000, None, 7, ["a"], {"a": 1}]
+_BOOKKEEPING = ["prices", "numeric", "equity_history", "done", "feedback", "prompt", "np_random", "np_random_seed",
+                *(f"behavior.{name}" for name in TRACKER_FIELDS)]
+TARGETS = [*(f"world.{name}" for name in WORLD_FIELDS), *_BOOKKEEPING]
+
+
+def _new_value(old, how: str, value, scale: float):
+    """What replaces `old`: `value` itself, or `old` scaled (numbers), or a text or JSON value."""
+    if how == "scale" and isinstance(old, (int, float)) and not isinstance(old, bool):
+        try:
+            new = old * scale
+        except OverflowError:
+            return value
+        return int(new) if isinstance(old, int) and math.isfinite(new) else new
+    return value
+
+
+def _mutate(data: bytes, target: str, how: str, value, scale: float, where: int | None) -> bytes | None:
+    """`data` with `target` changed (one element `where`, or all of them); None if nothing could change."""
+    header, arrays = _unpack(data)
+    f = header["fields"]
+    if target.startswith("world.") or target in ("prices", "numeric"):
+        if target not in arrays:
+            return None
+        arr = arrays[target]
+        if arr.size == 0:
+            return None
+        flat = arr.reshape(-1)
+        idx = slice(None) if where is None else where % flat.size
+        if arr.dtype.kind == "b":
+            flat[idx] = ~flat[idx]
+            return _pack(header, arrays)
+        if how == "scale":
+            with np.errstate(all="ignore"):
+                new = flat[idx].astype(np.float64) * scale
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            new = np.float64(value) if arr.dtype.kind == "f" else value
+        else:
+            return None
+        if arr.dtype.kind in "iu":  # an integer field takes what its dtype holds (saturated)
+            if not np.isfinite(np.asarray(new, dtype=np.float64)).all():
+                return None
+            low, high = np.iinfo(arr.dtype).min, np.iinfo(arr.dtype).max
+            new = min(max(new, low), high) if isinstance(new, int) else np.clip(new, low, 2.0**62).astype(arr.dtype)
+        with np.errstate(over="ignore"):  # 1e308 into a float32 array: an infinity, refused
+            flat[idx] = new
+        return _pack(header, arrays)
+    if target.startswith("behavior."):
+        if f["behavior"] is None:
+            return None
+        tracker, name = f["behavior"][0], target.split(".", 1)[1]
+        old = tracker[name]
+        if isinstance(old, list):
+            tracker[name] = [*old, value] if how == "value" or not old else [_new_value(v, how, value, scale)
+                                                                             for v in old]
+        else:
+            tracker[name] = _new_value(old, how, value, scale)
+    elif target == "equity_history":
+        if not f["equity_history"]:
+            return None
+        i = 0 if where is None else where % len(f["equity_history"])
+        f["equity_history"][i] = _new_value(f["equity_history"][i], how, value, scale)
+    elif target == "done":
+        f["done"] = not f["done"] if how == "scale" else value
+    elif target == "feedback":
+        f["feedback"] = {"success": bool(scale > 1), "error": value}
+    elif target == "prompt":
+        if "prompt" not in f:
+            return None
+        f["prompt"] = value
+    elif target == "np_random":
+        state = header["np_random"]["state"]
+        key = sorted(state)[0 if where is None else where % len(state)]
+        state[key] = _new_value(state[key], how, value, scale)
+    elif target == "np_random_seed":
+        header["np_random_seed"] = _new_value(header["np_random_seed"], how, value, scale)
+    return _pack(header, arrays)
+
+
+# -- S1: absurd values ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [n for n in WORLD_FIELDS if n not in ("key", "narr_active", "joined")])
+def test_an_absurd_value_in_any_world_field_is_refused_naming_it(name):
+    """S1: 1e308 shares, pools or cash restored and failed at the first step (`reward component 'pnl' is not
+    finite`); integers at 2**63 - 1 and negative NPC cash played on. Every field now refuses both extremes."""
+    data = _env_at(RLAIFTextEnv, {**SMALL, "backend": "numpy"}, seed=1, ticks=3).get_state().to_bytes()
+    header, arrays = _unpack(data)
+    dtype = arrays[f"world.{name}"].dtype
+    extremes = (1e308, -1e308) if dtype.kind == "f" else (2**63 - 1, -(2**63))
+    for value in extremes:
+        arrays = _unpack(data)[1]
+        arrays[f"world.{name}"].reshape(-1)[-1] = value
+        with pytest.raises(SnapshotFormatError, match=f"world field '{name}'"):
+            EnvSnapshot.from_bytes(_pack(header, arrays))
+
+
+def test_negative_npc_cash_and_an_unfunded_holding_are_refused():
+    snap = _env_at(RLAIFEnv, {**SMALL, "backend": "numpy"}, seed=2, ticks=4).get_state()
+    header, arrays = _unpack(snap.to_bytes())
+    arrays["world.npc_cash"][0, 1] = -5.0
+    with pytest.raises(SnapshotFormatError, match=r"'npc_cash' at \[1\] must lie in \[0, "):
+        EnvSnapshot.from_bytes(_pack(header, arrays))
+    header, arrays = _unpack(snap.to_bytes())
+    arrays["world.hold_yes"][0, 0] = arrays["world.pm_collateral"][0, 0] * 1.5  # more shares than the market backs
+    with pytest.raises(SnapshotFormatError, match=r"'hold_yes' at \[0\] .*backed by 1 USD of the market's collateral"):
+        EnvSnapshot.from_bytes(_pack(header, arrays))
+
+
+# -- real episodes are never refused ---------------------------------------------------------------------------------
+
+REAL_CONFIGS = [
+    {"num_ticks": 60},
+    # high leverage, volatile perps and funding every tick: liquidations, and margins funding takes below 0
+    {"num_ticks": 60, "max_leverage": 100, "numeric_perp_leverage": 100, "perp_volatility": 0.05,
+     "funding_interval": 1, "archetype": "degen"},
+    # the largest world, markets resolving every few ticks
+    {"num_ticks": 40, "num_markets": 16, "num_npcs": 64, "num_perps": 5, "market_duration_min": 1,
+     "market_duration_max": 3, "archetype": "trader"},
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_snapshot_of_every_tick_of_real_episodes_restores(backend):
+    """Both faces, three configs, two seeds each: every tick's snapshot decodes (a bound too tight for the rules
+    would refuse one). The episodes resolve markets, liquidate positions, see NPCs trade and margins below 0
+    (the previous check refused those: `pos_margin` had to be >= 0)."""
+    seen = {"resolved": 0, "liquidated": 0, "npc_shares": 0, "negative_margin": 0, "snapshots": 0}
+
+    def check(env, info):
+        state = env.unwrapped.state
+        seen["resolved"] += info["fill"]["markets_resolved"]
+        seen["liquidated"] += info["fill"]["positions_liquidated"]
+        seen["npc_shares"] += int((state.npc_yes > 0).any())
+        seen["negative_margin"] += int((state.pos_margin < 0).any())
+        back = EnvSnapshot.from_bytes(env.get_state().to_bytes())
+        assert back.tick == int(state.tick[0])
+        seen["snapshots"] += 1
+
+    for config in REAL_CONFIGS:
+        for face in FACES:
+            for seed in (0, 1):
+                env = face({**config, "backend": backend}, render_mode="rgb_array")
+                obs, _ = env.reset(seed=seed)
+                EnvSnapshot.from_bytes(env.get_state().to_bytes())  # tick 0
+                _play_to_the_end(env, obs, np.random.default_rng(seed), check)
+    assert seen["snapshots"] > 500 and all(seen.values()), seen
+
+
+# -- the fuzz --------------------------------------------------------------------------------------------------------
+
+_SWEEP = [("scale", 0.0, s) for s in (-1.0, 0.0, 2.0, 10.0, 1e6, 1e100)] + [("value", v, 1.0) for v in
+                                                                             (-1, 1e308, -(2**63), 2**63 - 1)]
+
+
+def test_every_field_mutated_either_is_refused_or_steps_to_the_end():
+    """A sweep: each world and bookkeeping field, scaled by -1, 0, 2, 10, 1e6, 1e100 and set to -1, 1e308,
+    -2**63 and 2**63 - 1, in one element or in all, from a base snapshot of each face and backend in turn."""
+    bases, refused, stepped = _bases(), 0, 0
+    for i, target in enumerate(TARGETS):
+        for j, (how, value, scale) in enumerate(_SWEEP):
+            for where in (None, 7 * i + j) if j % 3 == 0 else ((None,) if j % 3 == 1 else (7 * i + j,)):
+                data = _mutate(bases[(i + j) % len(bases)], target, how, value, scale, where)
+                if data is None:
+                    continue
+                if _restores_and_steps(data, seed=i):
+                    stepped += 1
+                else:
+                    refused += 1
+    print(f"sweep: {refused} refused, {stepped} restored and played to the end")
+    assert refused > 500 and stepped > 200, (refused, stepped)
+
+
+FUZZ = settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+_MAGNITUDE = st.builds(lambda sign, exp, mantissa: sign * mantissa * 10.0**exp, st.sampled_from([1, -1]),
+                       st.integers(-320, 307), st.floats(1, 9.99))
+"""A number of any size, its decimal exponent uniform: as many near 1e300 (where the engine overflows) as near 1."""
+_MUTATION = st.tuples(
+    st.sampled_from(TARGETS), st.sampled_from(["value", "scale"]),
+    st.one_of(_MAGNITUDE, st.sampled_from(_FLOATS + _INTS), st.integers(-(2**70), 2**70), st.sampled_from(_TEXTS)),
+    st.one_of(_MAGNITUDE, st.sampled_from(_SCALES)),
+    st.one_of(st.none(), st.integers(0, 10**6)))
+
+
+@FUZZ
+@given(base=st.integers(0, len(BACKENDS) * len(FACES) * 2 - 1), mutations=st.lists(_MUTATION, min_size=1, max_size=4),
+       seed=st.integers(0, 2**32 - 1))
+def test_fuzzed_snapshots_are_refused_or_step_to_the_end(base, mutations, seed):
+    """Hypothesis: one to four fields of a base snapshot changed at once (a value, or a scale of the old one)."""
+    data, changed = _bases()[base], 0
+    for target, how, value, scale, where in mutations:
+        mutated = _mutate(data, target, how, value, scale, where)
+        if mutated is not None:
+            data, changed = mutated, changed + 1
+    if not changed:
+        event("not applicable")
+    else:
+        event("restored and played to the end" if _restores_and_steps(data, seed) else "refused")
+
+
+# -- the header ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "value", "message"), [
+    (("fields", "equity_history", 0), NAN, "NaN is not a JSON number"),
+    (("meta",), {"episode_return": INF}, "Infinity is not a JSON number"),
+    (("fields", "prompt"), "market \ud800 update", "fields.prompt must be text UTF-8 can hold"),
+    (("fields", "feedback"), {"success": False, "error": "\udfff"}, "the feedback's error must be text UTF-8"),
+    (("fields", "done"), False, r"fields.done must be true or false \(true at tick num_ticks"),
+])
+def test_header_values_no_writer_makes_are_refused(path, value, message):
+    env = RLAIFTextEnv({**SMALL, "backend": "numpy"}, render_mode="rgb_array")
+    env.reset(seed=4)
+    while not env.step('{"type": "wait"}')[3]:  # waits to the episode's end (truncated at num_ticks)
+        pass
+    header, arrays = _unpack(env.get_state().to_bytes())
+    node = header
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(SnapshotFormatError, match=message):
+        EnvSnapshot.from_bytes(_pack(header, arrays))
+
+
+def test_decoding_leaves_the_state_and_the_episode_unchanged():
+    """check_state only reads: the restored env steps bit for bit as the one that made the snapshot."""
+    trunk = _env_at(RLAIFEnv, {**SMALL, "backend": "numpy"}, seed=5, ticks=4)
+    data = trunk.get_state().to_bytes()
+    twin = RLAIFEnv({**SMALL, "backend": "numpy"}, render_mode="rgb_array")
+    twin.set_state(EnvSnapshot.from_bytes(data))
+    assert EnvSnapshot.from_bytes(data).to_bytes() == data
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        action = rng.integers(0, trunk.action_space.nvec)
+        a, b = trunk.step(action), twin.step(action)
+        assert np.array_equal(a[0], b[0]) and a[1:4] == b[1:4]
