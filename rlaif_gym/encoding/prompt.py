@@ -21,6 +21,8 @@ PROMPT_CHARSET: str = string.ascii_letters + string.digits + string.punctuation 
 """Every character a prompt may contain (the Text observation space's charset)."""
 
 _MAX_FEED = 6  # items per feed section
+FEEDBACK_CHARS = 1_000
+"""The most characters of the "Last action" line a prompt shows (it may quote what the reply sent)."""
 
 
 def cents(p: float) -> str:
@@ -107,7 +109,10 @@ def render_prompt(view: TickView, last_feedback: str | None = None) -> str:
         tips = [t for t in view.tips if t.source == name][:3]
         body = "; ".join(f"[t{t.tick}] tip: {t.subject} resolves {_direction(t)}" for t in tips) or "no tips yet"
         lines.append(f"- {name} (joined): {body}")
-    lines += ["", "## Last action", last_feedback or "(none: this is the first hour)"]
+    feedback = last_feedback or "(none: this is the first hour)"
+    if len(feedback) > FEEDBACK_CHARS:  # it may quote the reply: a prompt stays within its space whatever was sent
+        feedback = feedback[:FEEDBACK_CHARS - 3] + "..."
+    lines += ["", "## Last action", feedback]
     return _OUTSIDE_CHARSET.sub("?", "\n".join(lines))
 
 

@@ -208,16 +208,22 @@ _OPTIONAL: dict[str, tuple[str, ...]] = {"open_perp": ("leverage",), "close_perp
 _NUMERIC = {"amount", "shares", "size", "leverage"}
 
 
+def _shown(value: Any, limit: int = 60) -> str:
+    """`repr(value)` for an error message, cut to `limit` characters (a reply may send a megabyte as a field)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _canonical_type(raw: Any) -> tuple[str, dict[str, str]]:
     if not isinstance(raw, str) or not raw.strip():
-        raise InvalidActionError(f"action type must be a non-empty string, got {raw!r}")
+        raise InvalidActionError(f"action type must be a non-empty string, got {_shown(raw)}")
     name = raw.strip().lower().replace("-", "_").replace(" ", "_")
     if name in ACTION_TYPES:
         return name, {}
     if name in _TYPE_ALIASES:
         return _TYPE_ALIASES[name]
     known = ", ".join(ACTION_TYPES)
-    raise InvalidActionError(f"unknown action type {raw!r}; expected one of: {known} (or a legacy alias)")
+    raise InvalidActionError(f"unknown action type {_shown(raw)}; expected one of: {known} (or a legacy alias)")
 
 
 def _to_number(name: str, value: Any) -> float:
@@ -226,9 +232,9 @@ def _to_number(name: str, value: Any) -> float:
     try:
         number = float(str(value).replace(",", "").replace("$", "").strip()) if isinstance(value, str) else float(value)
     except (TypeError, ValueError, OverflowError):
-        raise InvalidActionError(f"{name} must be a number, got {value!r}") from None
+        raise InvalidActionError(f"{name} must be a number, got {_shown(value)}") from None
     if not math.isfinite(number):
-        raise InvalidActionError(f"{name} must be finite, got {value!r}")
+        raise InvalidActionError(f"{name} must be finite, got {_shown(value)}")
     return number
 
 
@@ -241,7 +247,8 @@ def _normalise_side(kind: str, value: Any) -> str:
         mapping = {"LONG": "LONG", "BUY": "LONG", "SHORT": "SHORT", "SELL": "SHORT"}
         expected = "LONG or SHORT"
     if text not in mapping:
-        raise InvalidActionError(f"{'outcome' if 'prediction' in kind else 'side'} must be {expected}, got {value!r}")
+        field = "outcome" if "prediction" in kind else "side"
+        raise InvalidActionError(f"{field} must be {expected}, got {_shown(value)}")
     return mapping[text]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import gymnasium as gym
@@ -144,3 +145,21 @@ def test_both_faces_show_the_same_world():
     text.step('<think>nothing yet</think>{"type": "wait"}')
     obs, *_ = numeric.step([0, 0, 0, 0])
     assert np.array_equal(text.numeric_observation, obs)
+
+
+@pytest.mark.parametrize("action", [
+    {"type": "buy_prediction", "market_id": "m1", "outcome": "Z" * 50_000, "amount": 10},
+    {"type": "buy_prediction", "market_id": "Q" * 50_000, "outcome": "YES", "amount": 10},
+    {"type": "open_perp", "ticker": "T" * 50_000, "side": "LONG", "size": 5},
+    {"type": "send_dm", "recipient": "R" * 50_000, "content": "hi"},
+    {"type": "Y" * 50_000},
+    {"type": "buy_prediction", "market_id": "m1", "outcome": "YES", "amount": "9" * 50_000 + "x"},
+])
+def test_a_reply_with_a_huge_field_leaves_the_next_prompt_within_the_observation_space(action):
+    """The feedback quotes what the reply sent: a 50,000-character field made a 51k-character prompt, outside the
+    Text space (16,384). Quoted values are cut, and so is the "Last action" line."""
+    env = gym.make("RLAIF-Text-v0", num_ticks=4).unwrapped
+    env.reset(seed=0)
+    prompt, reward, *_, info = env.step("<think>x</think>" + json.dumps(action))
+    assert env.observation_space.contains(prompt), len(prompt)
+    assert len(str(info["feedback"])) < 2_000 and np.isfinite(reward)
