@@ -39,3 +39,20 @@ def pytest_sessionfinish(session, exitstatus):
         handle = getattr(utils, name, None)
         if handle is not None and not handle.closed:
             handle.close()
+
+
+@pytest.fixture
+def ticks_played(monkeypatch):
+    """A one-item list counting the ticks every text env plays from now on (`RLAIFTextEnv.step` calls, from any
+    thread: a decision search, a server's sessions)."""
+    from rlaif_gym.envs.text_env import RLAIFTextEnv
+
+    played = [0]
+    step = RLAIFTextEnv.step
+
+    def counted(self, action):
+        played[0] += 1
+        return step(self, action)
+
+    monkeypatch.setattr(RLAIFTextEnv, "step", counted)
+    return played

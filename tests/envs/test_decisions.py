@@ -117,23 +117,10 @@ def test_whole_numbers_of_any_integer_type_find_the_same_points():
 NEVER = {"min_evidence": 10**6}  # no prompt names a market a million times: no tick qualifies
 
 
-def _counting(monkeypatch) -> list[int]:
-    """Count the ticks decision_points plays (RLAIFTextEnv.step calls)."""
-    played = [0]
-    step = RLAIFTextEnv.step
-
-    def counted(self, action):
-        played[0] += 1
-        return step(self, action)
-
-    monkeypatch.setattr(RLAIFTextEnv, "step", counted)
-    return played
-
-
-def test_a_search_stops_at_its_tick_cap(monkeypatch):
+def test_a_search_stops_at_its_tick_cap(ticks_played):
     from rlaif_gym.errors import SearchLimitError
 
-    played = _counting(monkeypatch)
+    played = ticks_played
     cfg = {**SHORT, "num_ticks": 400}
     with pytest.raises(SearchLimitError, match="played its cap of 200 ticks") as err:  # seed 3 starts at 91
         decision_points([3], cfg, min_tick=0, max_ticks_searched=200, **NEVER)
@@ -145,13 +132,13 @@ def test_a_search_stops_at_its_tick_cap(monkeypatch):
     assert decision_points([3], cfg, min_tick=0, **NEVER) == [] and played[0] == 400  # no cap: the whole episode
 
 
-def test_a_search_stops_at_its_deadline_and_when_cancelled(monkeypatch):
+def test_a_search_stops_at_its_deadline_and_when_cancelled(monkeypatch, ticks_played):
     import threading
     import time
 
     from rlaif_gym.errors import SearchCancelled, SearchLimitError
 
-    played = _counting(monkeypatch)
+    played = ticks_played
     cfg = {**SHORT, "num_ticks": 10**6}
     with pytest.raises(SearchLimitError, match="ran past its deadline") as err:
         decision_points([3], cfg, deadline=time.monotonic() - 1, **NEVER)

@@ -278,22 +278,6 @@ LONG = {"num_ticks": 10**6}  # about 15-50 minutes of a worker to play through, 
 PATIENT_S = 60.0  # generous: what each test waits at most for what takes well under a second when it works
 
 
-@pytest.fixture
-def ticks_played(monkeypatch):
-    """Ticks the server's decision searches have played (the server runs in this process, in a thread)."""
-    from rlaif_gym.envs.text_env import RLAIFTextEnv
-
-    played = [0]
-    step = RLAIFTextEnv.step
-
-    def counted(self, action):
-        played[0] += 1
-        return step(self, action)
-
-    monkeypatch.setattr(RLAIFTextEnv, "step", counted)
-    return played
-
-
 def _wait_until(predicate, what: str) -> float:
     started = time.monotonic()
     while not predicate():
