@@ -44,7 +44,13 @@ import numpy as np
 
 from .._version import __version__ as _pkg_version
 from ..errors import DependencyNotInstalled, install_hint
-from .transport import MAX_RESPONSE_BYTES, HTTPTransport, ReplayedAnswerError, TransportError
+from .transport import (
+    MAX_RESPONSE_BYTES,
+    HTTPTransport,
+    ReplayedAnswerError,
+    TransportError,
+    check_max_response_bytes,
+)
 from .types import AttemptError, Completion, LLMError, SamplingParams
 
 __all__ = ["OpenAIChatClient", "redact_url", "require_http_client"]
@@ -180,9 +186,7 @@ class OpenAIChatClient:
         secrets = [*url_secrets, *([self._api_key] if len(self._api_key) >= 4 and self._api_key != "EMPTY" else [])]
         self._secret_forms = sorted({f for secret in secrets for f in _secret_forms(secret)}, key=len, reverse=True)
         self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
-        if type(max_response_bytes) is not int or max_response_bytes < 1:
-            raise ValueError(f"max_response_bytes must be a positive integer (bytes), got {max_response_bytes!r}")
-        self.max_response_bytes = max_response_bytes
+        self.max_response_bytes = check_max_response_bytes(max_response_bytes)
         self.extra_body = dict(extra_body or {})
         self._rng = np.random.default_rng(jitter_seed)
         self._session: Any = None

@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 __all__ = ["MAX_HEADER_LINE_BYTES", "MAX_RESPONSE_BYTES", "REPLAY_WINDOW", "STALE_CONNECTIONS", "HTTPTransport",
            "ReplayedAnswerError", "ResponseTooLargeError", "StaleAnswerError", "TransportError",
-           "UnrequestedEncodingError"]
+           "UnrequestedEncodingError", "check_max_response_bytes"]
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """The default bound on an answer's body, in bytes (8 MiB). A chat completion of 512 tokens is a few kB;
@@ -95,6 +95,13 @@ class ReplayedAnswerError(TransportError):
     def __init__(self, message: str, digest: int) -> None:
         super().__init__(message)
         self.digest = digest
+
+
+def check_max_response_bytes(value: object) -> int:
+    """`value` as the bound on an answer's body: a positive integer number of bytes (ValueError otherwise)."""
+    if type(value) is not int or value < 1:
+        raise ValueError(f"max_response_bytes must be a positive integer (bytes), got {value!r}")
+    return value
 
 
 @functools.cache
@@ -146,8 +153,7 @@ class HTTPTransport:
 
     def __init__(self, url: str, headers: dict[str, str], *, proxy: Any = None, max_connections: int = 1000,
                  max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
-        if type(max_response_bytes) is not int or max_response_bytes < 1:
-            raise ValueError(f"max_response_bytes must be a positive integer (bytes), got {max_response_bytes!r}")
+        self.max_response_bytes = check_max_response_bytes(max_response_bytes)
         bad = [k for k, v in headers.items() if any(c in f"{k}{v}" for c in "\r\n\0")]
         if bad:
             raise ValueError(f"the HTTP header(s) {bad} hold a line break or NUL, which would end the header early; "
@@ -155,7 +161,7 @@ class HTTPTransport:
         import aiohttp
 
         self._aiohttp = aiohttp
-        self.url, self.proxy, self.max_response_bytes = url, proxy, max_response_bytes
+        self.url, self.proxy = url, proxy
         self._headers = {**headers, "Accept-Encoding": "identity"}
         self._max_connections = max_connections
         self._pool: Any = None

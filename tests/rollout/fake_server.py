@@ -281,7 +281,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, payload: bytes, content_type: str = "application/json") -> None:
         rec = getattr(self, "_current", None)
         try:
-            with self._writes:  # whole answers only: a "duplicate" copy is written from another thread
+            with self._writes:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(payload)))
@@ -293,12 +293,9 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True  # the client gave up (a timeout): nothing to answer
 
-    @property
-    def _writes(self) -> threading.Lock:
-        lock = self.__dict__.get("_write_lock")
-        if lock is None:
-            lock = self.__dict__["_write_lock"] = threading.Lock()
-        return lock
+    def setup(self) -> None:
+        super().setup()
+        self._writes = threading.Lock()  # whole answers only: a "duplicate" copy is written from another thread
 
     def _send_copy(self, payload: bytes) -> None:
         """Write a 200 answer of `payload` once more, as a server or proxy that repeats itself does."""
