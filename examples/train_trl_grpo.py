@@ -1,32 +1,36 @@
-"""Train SmolLM2-135M on single decisions of RLAIF-Text-v0 with TRL's GRPO, offline on CPU, and measure it.
+"""Teach SmolLM2-135M the side of a bet from the env's reward, on two CPU cores, and measure it on held-out states.
 
-    python examples/train_trl_grpo.py --smoke           # CI size: checks the wiring (minutes), not learning
-    python examples/train_trl_grpo.py                   # the docs' run (docs/trl.md has its table, time and memory)
-    python examples/train_trl_grpo.py --sft-steps 0     # GRPO from the base model (no SFT warm start)
-    python examples/train_trl_grpo.py --device cuda --steps 400 --prompts-per-step 8   # on a GPU
+    python examples/train_trl_grpo.py --smoke           # CI size: every stage runs (minutes), nothing is learned
+    python examples/train_trl_grpo.py                   # the docs' run (docs/trl.md: its table, curve, time, memory)
+    python examples/train_trl_grpo.py --rl grpo         # the sampled variant: TRL's GRPOTrainer instead
+    python examples/train_trl_grpo.py --device cuda --rl grpo --grpo-steps 400 --prompts-per-step 16   # on a GPU
 
-One file, top to bottom (CleanRL style). The recipe (docs/trl.md explains each choice with its numbers):
+One file, top to bottom (CleanRL style). The recipe (docs/trl.md gives each choice's measurements):
 
-1. **Decision points** (`rlaif_gym.envs.decisions.decision_points`): states of a small world (2 markets that
-   resolve within 2-4 ticks, 48-tick episodes) where a market resolves within `--resolves-within` ticks and
-   the prompt's news, tips or posts name it. Training points come from seeds `seed ..`; the evaluation uses two
-   disjoint held-out sets from 1,000,000 and 2,000,000, which training never touches.
-2. **The reward**: `reward_mark="truth"`, the potential-based training reward that credits a bet at its own
-   tick with its value under the hidden truth (reward only: the prompt never shows it). Form terms stay scaled
-   by the trunk's 48 ticks, so one malformed reply costs 0.0026 against a right bet's +0.01 to +0.04.
-3. **Single decisions**: each rollout is one reply; the continuation waits out the horizon (`--ticks`), so a
-   rollout is a contextual bandit whose return is what that reply is worth.
-4. **SFT warm start** on the offline scripted model's replies at training decision points (`--sft-steps`).
-5. **GRPO** (`SharedPromptGRPOTrainer`, TRL's trainer with each group's prompt run once, without gradients;
-   rollouts sampled from one shared KV cache per group): groups of `--num-generations` at temperature
-   `--temperature`, advantages = return - group mean (`scale_rewards="none"`), zero-variance groups dropped
-   and counted (`drop_zero_variance`), `--max-reply-tokens` per reply.
-6. **Evaluation** of the base model, after SFT and after SFT+GRPO on both held-out sets (`--eval-points` each,
-   `--eval-samples` replies per point): format-valid %, executed %, the share of replies that buy the side p*
-   favours minus the share that buy the other side, and the mark-to-truth gain over a wait on the same state,
-   with 95 % intervals over points, and SFT+GRPO against SFT paired on the same points; wall time and peak RSS.
+1. **Decision points** (`rlaif_gym.envs.decisions`) of a small world (2 markets that resolve within 2-4 ticks,
+   news every tick), in the compact prompt style (`prompt_style="compact"`: the rules in under 80 tokens, and
+   per tick only the open markets, cash, holdings and the feed items naming an open market). Training points
+   come from seeds `seed ..`; two disjoint held-out sets (`--held-out-seeds`) are only evaluated.
+2. **Credit that pays what the evidence is about**: each rollout is one reply, then clean waits until every
+   market open at the point has resolved (`DecisionPoint.resolution_horizon`), so a bet is paid at the outcome
+   the world drew, which the feed is written from (never at the hidden p*, which the feed does not predict).
+3. **SFT on a format-only teacher** (`rlaif_gym.llm.FormatOnlyLLM`): JSON-only bets on the market the feed
+   names most, 5 % of cash, the side a coin flip. The model learns to answer in form and to bet, nothing about
+   the side; the run stops before RL unless the SFT model bets at >= 90 % of held-out points (greedy).
+4. **RL on the side**, one of:
+   - `--rl exact` (default): an exact policy gradient over the two enumerated canonical replies (the same bet
+     on YES and on NO), each scored by the env at the forked state: no sampling noise and no zero-variance
+     groups. The policy is the model's probability of each reply, renormalised over the two; the objective is
+     its expected return. The wait is left out of the set: the decision RL learns is the side.
+   - `--rl grpo`: TRL's `GRPOTrainer` (`SharedPromptGRPOTrainer`: each group's prompt run once) with sampled
+     groups; zero-variance groups dropped and counted.
+5. **Evaluation** of every model by its own greedy free-text reply at each held-out point, sent to the env and
+   scored against a wait on the same state (never the enumerated scores), beside the teachers' replies at the
+   same points (the format-only teacher, the full scripted teacher) and the hindsight bet on the drawn outcome.
+   `results.json` has, per held-out set, the paired differences (trained - SFT, - format-only teacher,
+   - scripted teacher) with 95 % intervals over points; a PNG of the training curve is written beside it.
 
-Exits non-zero when a loss or reward is not finite.
+Exits non-zero when a loss or return is not finite, or when the SFT model does not bet.
 """
 
 from __future__ import annotations
@@ -46,121 +50,300 @@ from typing import Literal
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: the GGUF ships in a package
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is marked experimental in TRL 1.16
 
+import numpy as np
 import torch
 import tyro
 from peft import LoraConfig, get_peft_model
 from trl import GRPOConfig
 
 from rlaif_gym import RLAIFEnvConfig
-from rlaif_gym.envs.decisions import DECISION_WORLD, HELD_OUT_SEEDS, decision_points
-from rlaif_gym.integrations.local_llm import model_path
+from rlaif_gym.benchmark import cpu_model, load_average
+from rlaif_gym.envs.decisions import DECISION_WORLD, DecisionPoint, decision_points
 from rlaif_gym.integrations.trl import (
+    DecisionReply,
     SharedPromptGRPOTrainer,
     build_dataset,
-    decision_sft_records,
+    decision_messages,
     decision_table,
     env_return,
-    evaluate_decisions,
     load_gguf_policy,
     make_rollout_func,
+    score_decision_replies,
     sft_examples,
     sft_train,
-    shared_prompt_generator,
+    shared_prompt_logps,
     trainer_generator,
+    transformers_generator,
 )
+from rlaif_gym.llm import FormatOnlyLLM, ScriptedLLM, bet_reply
 
 
 @dataclass
 class Args:
     """Command-line arguments (each field is a `--flag`, underscores as dashes; `--help` shows these docstrings)."""
 
-    steps: int = 32
-    """GRPO optimizer steps."""
-    prompts_per_step: int = 2
-    """Decision points (distinct start states) per GRPO step; each is answered num_generations times."""
-    num_generations: int = 8
-    """GRPO group size: replies per decision point."""
-    temperature: float = 1.0
-    """Sampling temperature of GRPO's rollouts."""
-    learning_rate: float = 3e-4
-    """AdamW learning rate of GRPO (of the LoRA adapter, or of all weights with --lora-r 0)."""
-    max_reply_tokens: int = 64
-    """Token budget of one reply (64 fit a buy after SFT; 48 cut its JSON)."""
-    ticks: int = 1
-    """Horizon of a rollout: the reply's tick, then the continuation waits (1: the bet's own tick)."""
+    rl: Literal["exact", "grpo", "both"] = "exact"
+    """The RL variant: "exact" (policy gradient over the enumerated bets), "grpo" (TRL's sampled groups), or both
+    (each from the same SFT start, evaluated side by side)."""
+    train_seeds: int = 1000
+    """Training episodes (seeds seed .. seed + train_seeds - 1), one decision point each, for SFT and RL."""
+    held_out_seeds: tuple[int, int] = (1_000_000, 2_000_000)
+    """The first seed of each held-out set (two disjoint sets; results.json keys them by it)."""
+    eval_points: int = 200
+    """Decision points per held-out set."""
     resolves_within: int = 4
     """A decision point has a market that resolves within this many ticks, named by the prompt's feed."""
-    train_seeds: int = 400
-    """Training episodes (seeds seed .. seed + train_seeds - 1), one decision point each, for SFT and GRPO."""
-    sft_steps: int = 40
-    """SFT warm-start steps on the scripted model's replies at training decision points (0: none)."""
-    sft_batch_size: int = 4
+    fraction: float = 0.05
+    """The share of cash every taught bet stakes (the format-only teacher's and the enumerated replies')."""
+    max_reply_tokens: int = 40
+    """Token budget of one reply (a JSON-only bet is about 30 tokens)."""
+    sft_steps: int = 60
+    """SFT steps on the format-only teacher's replies at the training points."""
+    sft_batch_size: int = 8
     """Replies per SFT step."""
     sft_learning_rate: float = 1e-3
-    """AdamW learning rate of the SFT warm start."""
-    sft_think: Literal["decision", "evidence"] = "decision"
-    """The SFT replies' <think>: "decision" (the scripted model's decision sentence) or "evidence" (the feed
-    item it bet on, then the decision; replies need --max-reply-tokens 88)."""
-    eval_points: int = 24
-    """Decision points per held-out set (two disjoint sets: seeds from 1,000,000 and from 2,000,000)."""
-    eval_samples: int = 4
-    """Sampled replies per held-out decision point."""
-    eval_temperature: float = 1.0
-    """Sampling temperature of the evaluations (the policy GRPO optimises samples at --temperature)."""
+    """AdamW learning rate of SFT."""
+    min_bet_share: float = 0.9
+    """Stop before RL unless the SFT model's greedy replies bet at this share of held-out points or more."""
+    epochs: int = 2
+    """--rl exact: passes over the training points."""
+    points_per_step: int = 8
+    """--rl exact: decision points per optimizer step."""
+    learning_rate: float = 3e-4
+    """AdamW learning rate of RL (of the LoRA adapter)."""
+    grpo_steps: int = 40
+    """--rl grpo: optimizer steps."""
+    prompts_per_step: int = 4
+    """--rl grpo: decision points per step, each answered --num-generations times."""
+    num_generations: int = 4
+    """--rl grpo: group size."""
+    temperature: float = 1.0
+    """--rl grpo: sampling temperature of the groups."""
     lora_r: int = 16
-    """LoRA rank; 0 trains every weight."""
-    beta: float = 0.0
-    """KL coefficient (0: no reference model)."""
+    """LoRA rank."""
+    eval_base: bool = True
+    """Evaluate the base model too (its replies run to the token budget)."""
+    eval_batch: int = 16
+    """Held-out points per greedy generation batch."""
     config: str = ""
-    """JSON of RLAIFEnvConfig overrides on top of the decision world."""
+    """JSON of RLAIFEnvConfig overrides on top of the decision world in the compact prompt style."""
     seed: int = 0
-    """Seed of the training seeds' range, the sampler and the trainer."""
+    """Seed of the training seeds' range, the format-only teacher's coins, the optimizers and the sampler."""
     device: str = "cpu"
     """Torch device: cpu, cuda, ..."""
     threads: int = 0
     """torch CPU threads (0: torch's default)."""
     out: str = "runs/trl-grpo"
-    """Where the trainer writes its logs and results.json (no checkpoints are saved)."""
+    """Where results.json, the curve's PNG and the trainer's logs go (no checkpoints are saved)."""
+    results_json: str = ""
+    """Where to write results.json (default: --out/results.json)."""
     smoke: bool = False
-    """CI size: checks that every stage runs end to end (2 SFT and 2 GRPO steps, groups of 2, 16-token replies,
-    1 held-out point per set): the wiring, not learning; its table shows nothing learned."""
+    """CI size: every stage end to end (both RL variants, a few points, 2 steps each), not learning."""
 
 
-SMOKE_NOTE = ("--smoke checks the wiring, not learning: every stage runs end to end (2 SFT and 2 GRPO steps on 4 "
-              "decision points, 16-token replies that cannot hold an action, 1 held-out point per set), so the "
-              "tables show 0% format-valid and no gain at every stage; the run without --smoke measures learning.")
+SMOKE_NOTE = ("--smoke checks the wiring, not learning: every stage runs end to end (SFT, both RL variants, the "
+              "evaluations) on a few decision points with 2 steps each, so its tables show nothing learned; the "
+              "run without --smoke measures learning.")
+TRAINED = {"exact": "after SFT+RL (exact)", "grpo": "after SFT+GRPO (sampled)"}
 
 
 def parse_args() -> Args:
     """The command line as `Args` (tyro: each field a `--flag`, its docstring the help, with default and choices)."""
     args = tyro.cli(Args, description=__doc__.split("\n\n")[0])
     if args.smoke:
-        args = dataclasses.replace(args, steps=2, prompts_per_step=1, num_generations=2, max_reply_tokens=16,
-                                   train_seeds=4, sft_steps=min(args.sft_steps, 2), sft_batch_size=1, eval_points=1,
-                                   eval_samples=2)
+        args = dataclasses.replace(args, rl="both", train_seeds=6, eval_points=2, sft_steps=2, sft_batch_size=2,
+                                   epochs=1, points_per_step=3, grpo_steps=2, prompts_per_step=1, num_generations=2,
+                                   min_bet_share=0.0, eval_batch=2)
     return args
 
 
-def evaluate(model, tokenizer, points, args: Args, seed: int):
-    """`eval_samples` sampled replies per held-out point (the sampler seeded, so reruns match)."""
-    torch.manual_seed(seed)
+# -- the teachers and the enumerated replies ------------------------------------------------------------------------
+
+
+def format_teacher_reply(teacher: FormatOnlyLLM, point: DecisionPoint, seed: int) -> str:
+    """The format-only teacher's reply at a point: its coin is seeded by the run's seed and the point's seed."""
+    return teacher.decide(point.prompt, np.random.default_rng([seed, point.seed, point.tick]))
+
+
+def scripted_reply(point: DecisionPoint) -> str:
+    """The full scripted teacher's reply (`ScriptedLLM`, greedy): an evidence aggregator, in its own format."""
+    think, action = ScriptedLLM().decide(point.prompt)
+    return f"<think>{think}</think>\n{json.dumps(action)}"
+
+
+def hindsight_reply(teacher: FormatOnlyLLM, point: DecisionPoint) -> str:
+    """The format-only teacher's bet on the side the market resolves to: the ceiling at these bets (it reads the
+    drawn outcome, which no prompt shows)."""
+    market, amount = teacher.bet(point.prompt)
+    env = point.env()
+    slot = env.view.market(market).slot
+    return bet_reply(market, "YES" if int(env.state.pm_outcome[0, slot]) == 1 else "NO", amount)
+
+
+@dataclass
+class SideChoice:
+    """One training point of the exact variant: the prompt, the bet's shared start and the two sides' endings.
+
+    `prompt` holds the chat-templated prompt and the reply's tokens up to where YES and NO differ; `endings` the
+    rest of each side's reply with its end-of-turn token; `returns` each side's return over the resolution
+    horizon minus a wait's (the env's scores at the forked state)."""
+
+    prompt: list[int]
+    endings: tuple[list[int], list[int]]
+    returns: tuple[float, float]
+
+
+def side_choices(points: list[DecisionPoint], tokenizer, teacher: FormatOnlyLLM) -> list[SideChoice]:
+    """The enumerated bets of every point that has one (the format-only teacher's market and size, both sides)."""
+    out = []
+    bets = [(i, teacher.bet(p.prompt)) for i, p in enumerate(points)]
+    replies = [(i, bet_reply(b[0], side, b[1])) for i, b in bets if b is not None for side in ("YES", "NO")]
+    scored = score_decision_replies(points, replies)
+    for k in range(0, len(replies), 2):
+        i = replies[k][0]
+        records = [{"messages": [*decision_messages(points[i]), {"role": "assistant", "content": replies[k + j][1]}]}
+                   for j in (0, 1)]
+        (prompt, yes), (_, no) = sft_examples(records, tokenizer)
+        shared = next(n for n in range(min(len(yes), len(no))) if yes[n] != no[n])
+        out.append(SideChoice(prompt + yes[:shared], (yes[shared:], no[shared:]),
+                              (scored[k].gain, scored[k + 1].gain)))
+    return out
+
+
+def side_logps(model, choices: list[SideChoice], pad: int) -> torch.Tensor:
+    """log p(ending | prompt and shared start) of both sides of each choice, shape (len(choices), 2), with gradients
+    through the endings' tokens (the prompts run once each, without gradients: `shared_prompt_logps`)."""
+    rows = [(c.prompt, e) for c in choices for e in c.endings]
+    width_p = max(len(p) for p, _ in rows)
+    width_e = max(len(e) for _, e in rows)
+    ids = [[pad] * (width_p - len(p)) + p + e + [pad] * (width_e - len(e)) for p, e in rows]
+    mask = [[0] * (width_p - len(p)) + [1] * (len(p) + len(e)) + [0] * (width_e - len(e)) for p, e in rows]
+    device = next(model.parameters()).device
+    ids_t = torch.tensor(ids, dtype=torch.long, device=device)
+    mask_t = torch.tensor(mask, dtype=torch.long, device=device)
+    logps, _ = shared_prompt_logps(model, ids_t, mask_t, width_e)
+    return (logps * mask_t[:, width_p:]).sum(-1).view(len(choices), 2)
+
+
+def train_exact(model, tokenizer, choices: list[SideChoice], args: Args, log) -> list[dict[str, float]]:
+    """The exact variant: per step, `points_per_step` choices; the loss is minus the expected return of the policy
+    renormalised over the two sides (its gradient is the exact policy gradient over that set, through the endings).
+    Returns one curve row per update: the expected return and the share of choices whose sides score alike."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(args.seed)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    curve = []
+    model.train()
+    for epoch in range(args.epochs):
+        order = torch.randperm(len(choices), generator=gen).tolist()
+        for start in range(0, len(order), args.points_per_step):
+            batch = [choices[k] for k in order[start:start + args.points_per_step]]
+            returns = torch.tensor([c.returns for c in batch], dtype=torch.float32, device=params[0].device)
+            policy = torch.softmax(side_logps(model, batch, pad), dim=-1)
+            expected = (policy * returns).sum(-1)
+            loss = -expected.mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            right = (policy.argmax(-1) == returns.argmax(-1)).float()
+            alike = (returns[:, 0] == returns[:, 1]).float()
+            curve.append({"update": len(curve) + 1, "epoch": epoch + 1, "mean_return": float(expected.mean()),
+                          "zero_variance": float(alike.mean()), "best_side_share": float(right.mean()),
+                          "loss": float(loss)})
+            log(curve[-1])
     model.eval()
-    merge = hasattr(model, "merge_adapter")  # a PEFT model: sample from merged weights (faster), then unmerge
+    return curve
+
+
+def train_grpo(model, tokenizer, points: list[DecisionPoint], args: Args, out: Path):
+    """The sampled variant: TRL's GRPO on single decisions (the reply, then waits to the resolution horizon)."""
+    train = build_dataset(points=points, decisions=1)
+    grpo = GRPOConfig(
+        output_dir=str(out), max_steps=args.grpo_steps, per_device_train_batch_size=args.prompts_per_step
+        * args.num_generations, gradient_accumulation_steps=1, num_generations=args.num_generations,
+        learning_rate=args.learning_rate, beta=0.0, temperature=args.temperature, top_k=0, top_p=1.0,
+        scale_rewards="none", max_completion_length=args.max_reply_tokens, logging_steps=1, report_to=[],
+        save_strategy="no", use_cpu=args.device == "cpu", seed=args.seed, bf16=False, fp16=False,
+        dataloader_num_workers=0, disable_tqdm=True, gradient_checkpointing=False,
+    )
+    trainer = SharedPromptGRPOTrainer(
+        model=model, reward_funcs=[env_return], args=grpo, train_dataset=train, processing_class=tokenizer,
+        rollout_func=make_rollout_func(train, max_reply_tokens=args.max_reply_tokens, drop_zero_variance=True,
+                                       generator=functools.partial(trainer_generator, shared_prompt=True)),
+    )
+    trainer.train()
+    curve = [{"update": int(h["step"]), "mean_return": float(h["reward"]),
+              "zero_variance": float(h.get("rlaif/zero_variance_group", float("nan"))),
+              "loss": float(h.get("loss", float("nan")))} for h in trainer.state.log_history if "reward" in h]
+    return trainer.model, curve
+
+
+# -- evaluation ---------------------------------------------------------------------------------------------------
+
+
+def greedy_replies(model, tokenizer, points: list[DecisionPoint], args: Args) -> list[DecisionReply]:
+    """Each point's greedy reply from `model` (its free text, up to the token budget), scored by the env."""
+    merge = hasattr(model, "merge_adapter")  # a PEFT model: generate from merged weights (faster), then unmerge
     if merge:
         model.merge_adapter()
     try:
-        gen = shared_prompt_generator(model, tokenizer, temperature=args.eval_temperature)
-        return evaluate_decisions(points, gen, tokenizer, samples=args.eval_samples, ticks=args.ticks,
-                                  max_reply_tokens=args.max_reply_tokens)
+        generate = transformers_generator(model, tokenizer, do_sample=False)
+        replies = []
+        for start in range(0, len(points), args.eval_batch):
+            chunk = list(range(start, min(start + args.eval_batch, len(points))))
+            prompts = [tokenizer.apply_chat_template(decision_messages(points[i]), add_generation_prompt=True,
+                                                     tokenize=True, return_dict=False) for i in chunk]
+            ids, _ = generate([list(p) for p in prompts], args.max_reply_tokens)
+            replies += [(i, tokenizer.decode(r, skip_special_tokens=True)) for i, r in zip(chunk, ids, strict=True)]
     finally:
         if merge:
             model.unmerge_adapter()
+    return score_decision_replies(points, replies)
 
 
-def _summary(replies) -> dict[str, float]:
+def interval(values: list[float]) -> dict[str, float]:
+    """Mean and normal 95 % interval over points (one value per point)."""
+    mean = statistics.fmean(values)
+    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
+    return {"mean": mean, "ci95_low": mean - half, "ci95_high": mean + half, "n": len(values)}
+
+
+def summary(replies: list[DecisionReply]) -> dict[str, float]:
+    """The shares and means of one column (one reply per point)."""
     return {"format_valid": statistics.fmean(r.format_valid for r in replies),
             "executed": statistics.fmean(r.executed for r in replies),
-            "side": statistics.fmean(r.side for r in replies), "gain": statistics.fmean(r.gain for r in replies)}
+            "bets": statistics.fmean(r.outcome_side != 0 for r in replies),
+            "outcome_side": statistics.fmean(r.outcome_side for r in replies),
+            "gain": statistics.fmean(r.gain for r in replies)}
+
+
+def paired(a: list[DecisionReply], b: list[DecisionReply]) -> dict[str, float]:
+    """The paired difference of the gain over waiting, a - b, point by point."""
+    assert [r.point for r in a] == [r.point for r in b]
+    return interval([x.gain - y.gain for x, y in zip(a, b, strict=True)])
+
+
+def plot_curve(curves: dict[str, list[dict[str, float]]], path: Path) -> None:
+    """Mean return per update and the zero-variance share, one line per RL variant (matplotlib, off-screen)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    for name, curve in curves.items():
+        x = [c["update"] for c in curve]
+        top.plot(x, [c["mean_return"] for c in curve], label=name, lw=1)
+        bottom.plot(x, [c["zero_variance"] for c in curve], label=name, lw=1)
+    top.axhline(0.0, color="grey", lw=0.5)
+    top.set_ylabel("mean return (gain over a wait)")
+    bottom.set_ylabel("zero-variance share")
+    bottom.set_xlabel("update")
+    top.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> int:
@@ -175,110 +358,138 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     stages: dict[str, float] = {}
 
+    def stage(name: str, t0: float) -> None:
+        stages[name] = time.perf_counter() - t0
+        print(f"[{name}: {stages[name]:.0f} s]", flush=True)
+
     # -- the model: the shipped GGUF, dequantised to float32 by transformers
-    gguf = model_path()
-    model, tokenizer = load_gguf_policy(gguf)
+    model, tokenizer = load_gguf_policy()
     model.to(args.device)
-    print(f"loaded {gguf.name}: {sum(p.numel() for p in model.parameters()) / 1e6:.0f}M parameters "
-          f"({time.perf_counter() - started:.0f} s)")
 
-    # -- decision points: training seeds, and two disjoint held-out sets
+    # -- decision points in the compact prompt style: training seeds, and two disjoint held-out sets
     t0 = time.perf_counter()
-    config = RLAIFEnvConfig.from_any({**DECISION_WORLD, **json.loads(args.config or "{}")})
+    config = RLAIFEnvConfig.from_any({**DECISION_WORLD, "prompt_style": "compact", **json.loads(args.config or "{}")})
     find = functools.partial(decision_points, config=config, resolves_within=args.resolves_within,
-                             horizon=args.ticks)
+                             horizon=args.resolves_within)
     train_points = find(range(args.seed, args.seed + args.train_seeds))
-    held_out = {f"set {k + 1} (seeds from {r.start:,})": find(range(r.start, r.start + 4 * args.eval_points))
-                [:args.eval_points] for k, r in enumerate(HELD_OUT_SEEDS)}
-    train = build_dataset(points=train_points, ticks=args.ticks, decisions=1)
-    prompt_tokens = len(tokenizer.apply_chat_template(train[0]["prompt"], add_generation_prompt=True, tokenize=True,
-                                                      return_dict=False))
-    stages["decision points"] = time.perf_counter() - t0
+    spare = args.eval_points // 4 + 8  # a few seeds have no qualifying tick
+    held_out = {start: find(range(start, start + args.eval_points + spare))[:args.eval_points]
+                for start in args.held_out_seeds}
+    tokens = [len(tokenizer.apply_chat_template(decision_messages(p), add_generation_prompt=True, tokenize=True,
+                                                return_dict=False)) for p in train_points[:100]]
     print(f"{len(train_points)} training decision points, held out {[len(p) for p in held_out.values()]}; a prompt "
-          f"is {prompt_tokens} tokens ({stages['decision points']:.0f} s)")
+          f"is {statistics.median(tokens):.0f} tokens chat-templated ({min(tokens)}-{max(tokens)})")
+    stage("decision points", t0)
 
-    results: dict[str, dict[str, list]] = {name: {} for name in held_out}
+    # -- the teachers and the ceiling, on the held-out points
+    t0 = time.perf_counter()
+    teacher = FormatOnlyLLM(fraction=args.fraction)
+    columns: dict[int, dict[str, list[DecisionReply]]] = {start: {} for start in held_out}
+    for start, points in held_out.items():
+        columns[start]["format-only teacher"] = score_decision_replies(
+            points, [(i, format_teacher_reply(teacher, p, args.seed)) for i, p in enumerate(points)])
+        columns[start]["scripted teacher"] = score_decision_replies(
+            points, [(i, scripted_reply(p)) for i, p in enumerate(points)])
+        columns[start]["hindsight (drawn outcome)"] = score_decision_replies(
+            points, [(i, hindsight_reply(teacher, p)) for i, p in enumerate(points)])
+    stage("teachers' replies", t0)
 
     def evaluate_all(column: str) -> None:
         t = time.perf_counter()
-        for name, points in held_out.items():
-            results[name][column] = evaluate(model, tokenizer, points, args, args.seed + 1)
-        stages[f"evaluation, {column}"] = time.perf_counter() - t
-        print(f"{column}: " + "; ".join(f"{name} {_summary(r[column])}" for name, r in results.items())
-              + f" ({stages[f'evaluation, {column}']:.0f} s)", flush=True)
+        for start, points in held_out.items():
+            columns[start][column] = greedy_replies(model, tokenizer, points, args)
+        print(f"{column}: " + "; ".join(f"set {s:,} {summary(c[column])}" for s, c in columns.items()), flush=True)
+        stage(f"evaluation, {column}", t)
 
-    evaluate_all("base model")
+    if args.eval_base:
+        evaluate_all("base model")
 
-    # -- SFT warm start: the scripted model's replies at training decision points, LoRA adapter, reply tokens only
-    peft = (LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
-                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-            if args.lora_r > 0 else None)
-    if peft is not None:
-        model = get_peft_model(model, peft)
-    sft_losses: list[float] = []
-    if args.sft_steps > 0:
-        t0 = time.perf_counter()
-        examples = sft_examples(decision_sft_records(train_points), tokenizer, max_reply_tokens=args.max_reply_tokens,
-                                short_think=True if args.sft_think == "decision" else "evidence")
-        cut = sum(1 for _, reply in examples if reply[-1] != tokenizer.eos_token_id)
-        print(f"SFT data: {len(examples)} scripted replies at training decision points ({cut} cut to "
-              f"{args.max_reply_tokens} tokens)")
-        sft_losses = sft_train(model, examples, steps=args.sft_steps, batch_size=args.sft_batch_size,
-                               learning_rate=args.sft_learning_rate, seed=args.seed, detach_prompt=True,
-                               log=lambda step, loss: print(f"  SFT step {step:3d}  loss {loss:.4f}", flush=True))
-        stages["SFT"] = time.perf_counter() - t0
-        evaluate_all("after SFT")
-
-    # -- GRPO on single decisions
-    grpo = GRPOConfig(
-        output_dir=str(out), max_steps=args.steps, per_device_train_batch_size=args.prompts_per_step
-        * args.num_generations, gradient_accumulation_steps=1, num_generations=args.num_generations,
-        learning_rate=args.learning_rate, beta=args.beta, temperature=args.temperature, top_k=0, top_p=1.0,
-        scale_rewards="none", max_completion_length=args.max_reply_tokens, logging_steps=1, report_to=[],
-        save_strategy="no", use_cpu=args.device == "cpu", seed=args.seed, bf16=False, fp16=False,
-        dataloader_num_workers=0, disable_tqdm=True, gradient_checkpointing=False,
-    )
-    trainer = SharedPromptGRPOTrainer(
-        model=model, reward_funcs=[env_return], args=grpo, train_dataset=train, processing_class=tokenizer,
-        rollout_func=make_rollout_func(train, max_reply_tokens=args.max_reply_tokens, drop_zero_variance=True,
-                                       generator=functools.partial(trainer_generator, shared_prompt=True)),
-    )
+    # -- SFT on the format-only teacher: form and betting, not the side
     t0 = time.perf_counter()
-    trainer.train()
-    stages["GRPO"] = time.perf_counter() - t0
-    model = trainer.model
-    logs = [h for h in trainer.state.log_history if "reward" in h]
-    curve = [(int(h["step"]), float(h["reward"]), float(h.get("reward_std", float("nan"))),
-              float(h.get("rlaif/zero_variance_group", float("nan"))), float(h.get("loss", float("nan"))))
-             for h in logs]
-    print("\nGRPO curve (step, mean return of the step's replies, its std, share of groups dropped for zero "
-          "variance, loss):")
-    for step, reward, std, dropped, loss in curve:
-        print(f"  {step:4d}  {reward:+.4f}  {std:.4f}  {dropped:.2f}  {loss:+.5f}")
-    evaluate_all("after SFT+GRPO" if args.sft_steps > 0 else "after GRPO")
+    peft = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    model = get_peft_model(model, peft)
+    records = [{"messages": [*decision_messages(p), {"role": "assistant",
+                                                     "content": format_teacher_reply(teacher, p, args.seed)}]}
+               for p in train_points]
+    examples = sft_examples(records, tokenizer, max_reply_tokens=args.max_reply_tokens)
+    sft_losses = sft_train(model, examples, steps=args.sft_steps, batch_size=args.sft_batch_size,
+                           learning_rate=args.sft_learning_rate, seed=args.seed, detach_prompt=True,
+                           log=lambda step, loss: print(f"  SFT step {step:3d}  loss {loss:.4f}", flush=True))
+    stage("SFT", t0)
+    evaluate_all("after SFT")
+    sft_state = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
+    bet_share = min(summary(c["after SFT"])["bets"] for c in columns.values())
+    if bet_share < args.min_bet_share:
+        print(f"FAILED: after SFT the model bets at {bet_share:.0%} of held-out points (greedy), under the "
+              f"{args.min_bet_share:.0%} RL needs to have sides to rank; raise --sft-steps (now {args.sft_steps})")
+        return 1
 
+    # -- RL on the side
+    curves: dict[str, list[dict[str, float]]] = {}
+    variants = ["exact", "grpo"] if args.rl == "both" else [args.rl]
+    for variant in variants:
+        model.load_state_dict(sft_state, strict=False)  # every variant starts from the same SFT weights
+        t0 = time.perf_counter()
+        torch.manual_seed(args.seed)
+        if variant == "exact":
+            choices = side_choices(train_points, tokenizer, teacher)
+            print(f"exact RL: {len(choices)} training points, {args.epochs} epochs of {args.points_per_step} a step")
+            curves[variant] = train_exact(model, tokenizer, choices, args, lambda row: print(
+                f"  update {row['update']:4d}  expected return {row['mean_return']:+.4f}  best side "
+                f"{row['best_side_share']:.2f}  alike {row['zero_variance']:.2f}", flush=True))
+        else:
+            model, curves[variant] = train_grpo(model, tokenizer, train_points, args, out)
+            for row in curves[variant]:
+                print(f"  GRPO step {row['update']:4d}  mean return {row['mean_return']:+.4f}  zero-variance "
+                      f"{row['zero_variance']:.2f}  loss {row['loss']:+.5f}")
+        stage(f"RL ({variant})", t0)
+        evaluate_all(TRAINED[variant])
+
+    # -- the tables, results.json and the curve
     total_s = time.perf_counter() - started
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-    baseline = "after SFT" if args.sft_steps > 0 else "base model"
-    for name, columns in results.items():
-        print(f"\n**Held-out {name}**\n")
-        print(decision_table(columns, baseline=baseline))
+    main_variant = variants[0]
+    trained = TRAINED[main_variant]
+    sets = {}
+    for start, cols in columns.items():
+        print(f"\n**Held-out set: seeds from {start:,}** ({len(held_out[start])} points, one greedy reply each)\n")
+        print(decision_table(cols, baseline="after SFT"))
+        t = cols[trained]
+        sets[str(start)] = {
+            "points": len(held_out[start]),
+            "variant": main_variant,
+            "paired": {"trained_minus_sft": paired(t, cols["after SFT"]),
+                       "trained_minus_format_teacher": paired(t, cols["format-only teacher"]),
+                       "trained_minus_scripted_teacher": paired(t, cols["scripted teacher"]),
+                       **({"grpo_minus_sft": paired(cols[TRAINED["grpo"]], cols["after SFT"])}
+                          if "grpo" in variants and main_variant != "grpo" else {})},
+            "format_valid": summary(t)["format_valid"],
+            "executed": summary(t)["executed"],
+            "columns": {name: {**summary(c), "gain_ci95": interval([r.gain for r in c])} for name, c in cols.items()},
+        }
+        for name, p in sets[str(start)]["paired"].items():
+            print(f"  {name}: {p['mean']:+.4f} [{p['ci95_low']:+.4f}, {p['ci95_high']:+.4f}] (n={p['n']})")
     if args.smoke:
         print(f"\n{SMOKE_NOTE}")
     print("\nstages: " + ", ".join(f"{k} {v:.0f} s" for k, v in stages.items())
           + f"; whole run {total_s:.0f} s on {args.device}; peak RSS {peak_gb:.1f} GB")
-    (out / "results.json").write_text(json.dumps({
-        "args": dataclasses.asdict(args), "sft_losses": sft_losses, "curve": curve, "stages_s": stages,
-        "total_s": total_s, "peak_rss_gb": peak_gb,
-        "results": {name: {col: [dataclasses.asdict(r) for r in rs] for col, rs in cols.items()}
-                    for name, cols in results.items()},
-        "summary": {name: {col: _summary(rs) for col, rs in cols.items()} for name, cols in results.items()},
+    results_path = Path(args.results_json) if args.results_json else out / "results.json"
+    results_path.parent.mkdir(parents=True, exist_ok=True)
+    plot_curve(curves, results_path.with_suffix(".png"))
+    results_path.write_text(json.dumps({
+        "args": dataclasses.asdict(args), "sets": sets, "wall_s": total_s, "peak_rss_gb": peak_gb,
+        "cpu_model": cpu_model(), "load_average": load_average(), "torch_threads": torch.get_num_threads(),
+        "stages_s": stages, "sft_losses": sft_losses, "curves": curves,
+        "replies": {str(s): {name: [dataclasses.asdict(r) for r in c] for name, c in cols.items()}
+                    for s, cols in columns.items()},
     }, indent=1))
+    print(f"wrote {results_path} and {results_path.with_suffix('.png')}")
 
-    finite = (all(math.isfinite(c[1]) and math.isfinite(c[4]) for c in curve) and len(curve) == args.steps
-              and all(math.isfinite(x) for x in sft_losses))
+    finite = (all(math.isfinite(row["mean_return"]) and math.isfinite(row["loss"]) for c in curves.values()
+                  for row in c) and all(math.isfinite(x) for x in sft_losses))
     if not finite:
-        print("FAILED: a step's loss or reward is not finite, or a step was not logged")
+        print("FAILED: a loss or return is not finite")
         return 1
     return 0
 

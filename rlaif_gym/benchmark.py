@@ -8,12 +8,14 @@ for a fixed time budget and reports the median of `repeats` windows.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import statistics
 import time
 import timeit
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -32,18 +34,34 @@ __all__ = [
     "VectorRow",
     "bench_text_overhead",
     "bench_vector",
+    "cpu_model",
     "format_text",
     "format_vector",
+    "load_average",
     "machine_line",
     "memory_per_env",
     "state_bytes_per_world",
 ]
 
 
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one, else what `platform` knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average(digits: int = 2) -> str:
+    """The 1-, 5- and 15-minute load averages, or "n/a" where the platform has none."""
+    return " ".join(f"{v:.{digits}f}" for v in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+
+
 def machine_line() -> str:
     """What the numbers were measured on."""
-    import os
-
     return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
             f"numpy {np.__version__}, gymnasium {gym.__version__}")
 

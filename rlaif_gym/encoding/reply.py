@@ -140,8 +140,11 @@ def _decisions(text: str) -> list[dict] | None:
     return out
 
 
-def parse_reply(text: str) -> ParsedReply:
-    """Parse a reply. Never raises; see the module docstring for the accepted layouts."""
+def parse_reply(text: str, *, think_required: bool = True) -> ParsedReply:
+    """Parse a reply. Never raises; see the module docstring for the accepted layouts.
+
+    `think_required=False` is for prompts whose system prompt makes the `<think>` block optional (the compact
+    prompt style): a bare JSON action is then canonical too, not a "legacy layout" format error."""
     if not isinstance(text, str):
         return ParsedReply(None, "", (f"the reply must be text, got {type(text).__name__}",))
     errors: list[str] = []
@@ -202,6 +205,7 @@ def parse_reply(text: str) -> ParsedReply:
     except InvalidActionError as exc:
         errors.append(f"invalid action: {exc}")
         return ParsedReply(None, reasoning, tuple(errors), layout, raw, think_closed, 1)
-    if layout != "think+json":
-        errors.append("legacy layout; the canonical reply is <think>...</think> then one JSON action")
+    if layout != "think+json" and (think_required or layout != "json" or reasoning):
+        errors.append("legacy layout; the canonical reply is <think>...</think> then one JSON action"
+                      + ("" if think_required else ", or the JSON action alone"))
     return ParsedReply(action, reasoning, tuple(errors), layout, raw, think_closed, 1)

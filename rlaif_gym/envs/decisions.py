@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,17 @@ class DecisionPoint:
     def market(self) -> str:
         """The most talked-about qualifying market."""
         return self.markets[0][0]
+
+    @cached_property
+    def resolution_horizon(self) -> int:
+        """Ticks from here until every market open at this point has resolved (>= 1), the reply's own tick first.
+
+        A rollout this long credits any bet the reply can make at the outcome the world drew, which is what the
+        feed is written from; a shorter one leaves bets open at its end, and `reward_mark="truth"` then pays
+        them at the hidden p*, which nothing in the prompt predicts (docs/reward.md). Capped by the ticks left
+        in the episode."""
+        view = self.env().view
+        return max(1, min(max((m.resolves_in for m in view.markets), default=1), view.num_ticks - view.tick))
 
     def env(self) -> RLAIFTextEnv:
         """A text env at this state."""

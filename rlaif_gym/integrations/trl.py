@@ -91,12 +91,14 @@ __all__ = [
     "decision_table",
     "env_return",
     "episode_metrics",
+    "decision_messages",
     "evaluate_decisions",
     "load_gguf_policy",
     "make_rollout_func",
     "play_episodes",
     "scripted_sft_records",
     "sft_examples",
+    "score_decision_replies",
     "sft_train",
     "shared_prompt_generator",
     "shared_prompt_logps",
@@ -227,8 +229,9 @@ def dataset_rows(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping[
     points = check_items(points, "build_dataset points", DecisionPoint,
                          "pass what rlaif_gym.envs.decisions.decision_points(seeds, config) returns")
     specs = [EpisodeSpec(s, cfg, None, ticks, decisions) for s in seeds]
-    snapshots = [*snapshots, *(p.snapshot for p in points)]
     specs += [EpisodeSpec(s.np_random_seed, s.config, s, ticks, decisions) for s in snapshots]
+    specs += [EpisodeSpec(p.snapshot.np_random_seed, p.config, p.snapshot, p.resolution_horizon if ticks is None
+                          else ticks, decisions) for p in points]
     if not specs:
         raise ConfigError("build_dataset needs at least one seed, snapshot or decision point")
     return [spec.row(contract) for spec in specs]
@@ -240,7 +243,7 @@ def build_dataset(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping
                   decisions: int | None = None) -> datasets.Dataset:
     """A `datasets.Dataset` of episodes: one row per seed (a fresh episode), per fork point and per decision point.
 
-    For GRPO on single decisions: `build_dataset(points=decision_points(seeds, config), ticks=H, decisions=1)`
+    For GRPO on single decisions: `build_dataset(points=decision_points(seeds, config), decisions=1)`
     (`rlaif_gym.envs.decisions`): each row starts where a market resolves soon and the prompt talks about
     it, the model writes one reply, and the continuation waits out the horizon.
 
@@ -248,7 +251,9 @@ def build_dataset(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping
         seeds: reset seeds of fresh episodes, played with `config`.
         config: the env config of the seeded rows (a mapping of overrides or an `RLAIFEnvConfig`).
         snapshots: fork points (`RLAIFTextEnv.get_state()`); each row keeps its snapshot's config.
-        ticks: the horizon of every row; None plays each episode to its end (`num_ticks`).
+        ticks: the horizon of every row; None plays a seed's or snapshot's episode to its end (`num_ticks`) and
+            a decision point to its `resolution_horizon` (every bet the reply can make is then paid at the outcome
+            the world drew, which the prompt's feed is written from; docs/reward.md).
         points: decision points (`rlaif_gym.envs.decisions.decision_points`), rows like fork points.
         decisions: ticks of the horizon the model answers (None: all); the continuation waits out the rest.
         contract: `"rollout_func"` puts the first prompt in the row's user message (what
@@ -605,7 +610,10 @@ class DecisionReply:
         side: +1 if it bought the side the hidden truth favours in the market it bought (p* above the YES
             price: YES), -1 the other side, 0 for anything else.
         gain: its return over the horizon minus that of a clean wait (`WAIT_REPLY`) from the same state,
-            under the point's config (`reward_mark="truth"` makes it the bet's value under the truth).
+            under the point's config (over a horizon that reaches the market's resolution, the bet's value at
+            the drawn outcome; over a shorter one with `reward_mark="truth"`, partly its value at p*).
+        outcome_side: +1 if it bought the side the market resolves to (the outcome the world drew, which the
+            feed is written from), -1 the other side, 0 for anything else.
     """
 
     point: int
@@ -614,48 +622,86 @@ class DecisionReply:
     executed: bool
     side: int
     gain: float
+    outcome_side: int = 0
 
 
-def _side(env: RLAIFTextEnv, action: Mapping[str, Any] | None) -> int:
+def _sides(env: RLAIFTextEnv, action: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(the bet's side against p*'s side of the price, against the drawn outcome): +1 right, -1 wrong, 0 no bet."""
     if not action or action.get("type") != "buy_prediction":
-        return 0
+        return 0, 0
     view = env.view.market(str(action.get("market")))
     if view is None:
-        return 0
+        return 0, 0
     truth = float(env.state.pm_truth[0, view.slot])
     favoured = "YES" if truth > view.yes_price else "NO"
-    return 1 if action.get("outcome") == favoured else -1
+    drawn = "YES" if int(env.state.pm_outcome[0, view.slot]) == 1 else "NO"
+    return (1 if action.get("outcome") == favoured else -1), (1 if action.get("outcome") == drawn else -1)
 
 
-def _horizon_return(point: DecisionPoint, reply: str, ticks: int) -> tuple[float, dict[str, Any], int]:
-    """(return over `ticks` from the point after `reply`, the first step's info, the reply's side)."""
+def _horizon_return(point: DecisionPoint, reply: str, ticks: int | None) -> tuple[float, dict[str, Any], tuple[int, int]]:
+    """(return over `ticks` from the point after `reply` (None: its `resolution_horizon`), the first step's info,
+    the reply's sides as `_sides` gives them)."""
     env = point.env()
-    side = 0
+    sides = (0, 0)
     total = 0.0
     first: dict[str, Any] = {}
-    for t in range(ticks):
+    for t in range(point.resolution_horizon if ticks is None else ticks):
         if t == 0:
             parsed = parse_reply(reply)
-            side = _side(env, parsed.action.to_dict() if parsed.action else None)
+            sides = _sides(env, parsed.action.to_dict() if parsed.action else None)
         _, reward, terminated, truncated, info = env.step(reply if t == 0 else WAIT_REPLY)
         total += reward
         first = first or info
         if terminated or truncated:
             break
-    return total, first, side
+    return total, first, sides
+
+
+def score_decision_replies(points: Sequence[DecisionPoint], replies: Sequence[tuple[int, str]], *,
+                           ticks: int | None = None) -> list[DecisionReply]:
+    """Each `(point index, reply)` played at its point and scored against a clean wait on the same state.
+
+    The one scoring of single decisions: `evaluate_decisions` sends a model's sampled replies here, and a
+    scripted policy's replies (a teacher, a baseline) come here directly, so every column of a
+    `decision_table` is scored alike.
+
+    Args:
+        points: the decision points.
+        replies: (index into `points`, the reply text), in any order and number per point.
+        ticks: the horizon: the reply's tick, then a clean wait for the rest; None (the default) plays each
+            point to its `resolution_horizon`, so every bet is paid at the outcome the world drew.
+    """
+    waits: dict[int, float] = {}
+    out = []
+    for i, reply in replies:
+        if i not in waits:
+            waits[i] = _horizon_return(points[i], WAIT_REPLY, ticks)[0]
+        ret, info, (side, outcome_side) = _horizon_return(points[i], reply, ticks)
+        executed = info["parsed_action"] is not None and bool(info["feedback"]["success"])
+        out.append(DecisionReply(i, reply, not info["format_errors"], executed, side if executed else 0,
+                                 ret - waits[i], outcome_side if executed else 0))
+    return out
+
+
+def decision_messages(point: DecisionPoint) -> list[dict[str, str]]:
+    """The chat messages a model answers at `point`: the text env's system prompt (of the point's prompt style)
+    and the point's prompt."""
+    return [{"role": "system", "content": system_prompt(world_params(point.config), point.config.prompt_style)},
+            {"role": "user", "content": point.prompt}]
 
 
 def evaluate_decisions(points: Sequence[DecisionPoint], generate: TokenGenerator, tokenizer: PreTrainedTokenizerBase,
-                       *, samples: int = 4, ticks: int = 1, max_reply_tokens: int = 64, batch: int | None = None,
-                       ) -> list[DecisionReply]:
+                       *, samples: int = 4, ticks: int | None = None, max_reply_tokens: int = 64,
+                       batch: int | None = None) -> list[DecisionReply]:
     """`samples` sampled replies per decision point, each scored against a wait on the same state.
 
     Args:
         points: the decision points (held out: from `rlaif_gym.envs.decisions.HELD_OUT_SEEDS`).
-        generate: the sampler (`transformers_generator` with `do_sample=True`).
+        generate: the sampler (`transformers_generator` with `do_sample=True`; `shared_prompt_generator` with
+            `temperature=0` for greedy replies).
         tokenizer: the policy's tokenizer (its chat template frames the prompt, as `play_episodes` does).
         samples: replies per point.
-        ticks: the horizon: the reply's tick, then a clean wait for the rest.
+        ticks: the horizon (`score_decision_replies`; None: each point's resolution horizon).
         max_reply_tokens: the budget of one reply.
         batch: sequences per `generate` call (None: all in one call, so `shared_prompt_generator` runs the
             system prompt they share once).
@@ -663,22 +709,16 @@ def evaluate_decisions(points: Sequence[DecisionPoint], generate: TokenGenerator
     Returns:
         One `DecisionReply` per sample, point by point; `decision_table` summarises them.
     """
-    waits = [_horizon_return(p, WAIT_REPLY, ticks)[0] for p in points]
-    prompts = [_chat_ids(tokenizer, [{"role": "system", "content": system_prompt(world_params(p.config))},
-                                     {"role": "user", "content": p.prompt}], generation_prompt=True) for p in points]
+    prompts = [_chat_ids(tokenizer, decision_messages(p), generation_prompt=True) for p in points]
     jobs = [(i, prompts[i]) for i in range(len(points)) for _ in range(samples)]
-    out: list[DecisionReply] = []
+    replies: list[tuple[int, str]] = []
     size = batch or max(len(jobs), 1)
     for start in range(0, len(jobs), size):
         chunk = jobs[start:start + size]
         ids, _ = generate([seq for _, seq in chunk], max_reply_tokens)
-        for (i, _), reply_ids in zip(chunk, ids, strict=True):
-            reply = tokenizer.decode(reply_ids, skip_special_tokens=True)
-            ret, info, side = _horizon_return(points[i], reply, ticks)
-            executed = info["parsed_action"] is not None and bool(info["feedback"]["success"])
-            out.append(DecisionReply(i, reply, not info["format_errors"], executed, side if executed else 0,
-                                     ret - waits[i]))
-    return out
+        replies += [(i, tokenizer.decode(reply_ids, skip_special_tokens=True))
+                    for (i, _), reply_ids in zip(chunk, ids, strict=True)]
+    return score_decision_replies(points, replies, ticks=ticks)
 
 
 def _clustered(values: Sequence[float], clusters: Sequence[int]) -> tuple[float, float]:
@@ -694,14 +734,15 @@ def _clustered(values: Sequence[float], clusters: Sequence[int]) -> tuple[float,
 
 def decision_table(results: Mapping[str, Sequence[DecisionReply]], *, baseline: str | None = None) -> str:
     """A markdown table of `evaluate_decisions` results, one column per model (e.g. base, after SFT, after
-    SFT+GRPO): format-valid %, executed %, right-side share minus wrong-side share, and the paired gain over
-    waiting, each with its 95 % interval over decision points; with `baseline`, each column's paired gain over
+    SFT+GRPO): format-valid %, executed %, right-side share minus wrong-side share (against p*'s side of the
+    price, and against the drawn outcome), and the paired gain over waiting, each with its 95 % interval over decision points; with `baseline`, each column's paired gain over
     the baseline column's on the same points."""
     names = list(results)
     rows = [("format-valid", lambda r: float(r.format_valid), "{:.0%}"),
             ("executed", lambda r: float(r.executed), "{:.0%}"),
             ("right side - wrong side (share of replies)", lambda r: float(r.side), "{:+.2f}"),
-            ("gain over waiting (mark-to-truth return)", lambda r: r.gain, "{:+.4f}")]
+            ("outcome's side - the other (share of replies)", lambda r: float(r.outcome_side), "{:+.2f}"),
+            ("gain over waiting (return)", lambda r: r.gain, "{:+.4f}")]
     lines = ["| on held-out decision points | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
     for label, value, fmt in rows:
         cells = []
@@ -889,8 +930,7 @@ def decision_sft_records(points: Iterable[DecisionPoint]) -> list[dict[str, Any]
     for point in points:
         think, action = model.decide(point.prompt)
         records.append({"messages": [
-            {"role": "system", "content": system_prompt(world_params(point.config))},
-            {"role": "user", "content": point.prompt},
+            *decision_messages(point),
             {"role": "assistant", "content": f"<think>{think}</think>\n{json.dumps(action)}"},
         ], "seed": point.seed, "tick": point.tick})
     return records

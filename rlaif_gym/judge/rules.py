@@ -267,21 +267,23 @@ class RuleJudge:
             facts or the score shrinks.
     """
 
-    def __init__(self, price_tolerance: float = 1.5, padding_words: int = 120) -> None:
+    def __init__(self, price_tolerance: float = 1.5, padding_words: int = 120, think_required: bool = True) -> None:
         self.price_tolerance = price_tolerance
         self.padding_words = padding_words
+        self.think_required = think_required
 
     # -- format ---------------------------------------------------------------------------------
 
-    @staticmethod
-    def format_score(reply: ParsedReply) -> float:
-        """-1 without an executable action; otherwise 1 minus deductions for each format problem."""
+    def format_score(self, reply: ParsedReply) -> float:
+        """-1 without an executable action; otherwise 1 minus deductions for each format problem. Where the
+        prompt makes `<think>` optional (`think_required=False`), a bare JSON action is canonical: 1."""
         if reply.action is None:
             return -1.0
         score = 1.0
-        if reply.layout != "think+json":
+        bare = not self.think_required and reply.layout == "json" and not reply.reasoning
+        if reply.layout != "think+json" and not bare:
             score -= 0.3
-        if not reply.reasoning:
+        if not reply.reasoning and not bare:
             score -= 0.3
         if not reply.think_closed:
             score -= 0.2

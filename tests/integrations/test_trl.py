@@ -529,10 +529,11 @@ def test_grpo_trainer_plays_ticks_through_the_tool_loop(tokenizer, tmp_path):
 
 
 def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
-    """examples/train_trl_grpo.py --smoke, as CI runs it: the real SmolLM2-135M from its GGUF, decision points from
-    training and both held-out seed ranges, 2 SFT steps and 2 GRPO steps of `SharedPromptGRPOTrainer` on single
-    decisions, then the held-out tables; every loss and reward finite (the script exits 1 if not). It checks the
-    wiring, not learning (its 16-token replies cannot finish one)."""
+    """examples/train_trl_grpo.py --smoke, as CI runs it: the real SmolLM2-135M from its GGUF, decision points in the
+    compact prompt style from training and both held-out seed ranges, SFT on the format-only teacher, both RL
+    variants (the exact gradient over the enumerated bets and `SharedPromptGRPOTrainer`'s sampled groups), greedy
+    evaluations, results.json with the paired differences per held-out set, and the curve's PNG; every loss and
+    return finite (the script exits 1 if not). It checks the wiring, not learning."""
     import subprocess
     import sys
     from pathlib import Path
@@ -544,21 +545,33 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
     except Exception as exc:  # the model package is installed separately (make venv does it)
         pytest.skip(f"the shipped model is not installed: {exc}")
     root = Path(__file__).resolve().parents[2]
+    results_path = tmp_path / "elsewhere" / "results.json"
     proc = subprocess.run([sys.executable, "examples/train_trl_grpo.py", "--smoke", "--threads", "1",
-                           "--out", str(tmp_path / "run")], cwd=root, capture_output=True, text=True, timeout=1200,
-                          env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
+                           "--out", str(tmp_path / "run"), "--results-json", str(results_path),
+                           "--held-out-seeds", "3000000", "4000000"], cwd=root, capture_output=True, text=True,
+                          timeout=1200, env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert len(results["curve"]) == results["args"]["steps"] == 2
+    results = json.loads(results_path.read_text())
+    assert results_path.with_suffix(".png").stat().st_size > 1000
+    assert set(results["curves"]) == {"exact", "grpo"}
+    assert len(results["curves"]["grpo"]) == results["args"]["grpo_steps"] == 2
+    assert len(results["curves"]["exact"]) >= 1
     assert len(results["sft_losses"]) == results["args"]["sft_steps"] == 2
     assert all(math.isfinite(x) for x in results["sft_losses"])
-    assert len(results["summary"]) == 2  # both held-out sets
-    for columns in results["summary"].values():
-        assert list(columns) == ["base model", "after SFT", "after SFT+GRPO"]
-        for metrics in columns.values():
-            assert set(metrics) == {"format_valid", "executed", "side", "gain"}
-            assert all(math.isfinite(v) for v in metrics.values())
-    assert results["peak_rss_gb"] > 0 and results["total_s"] > 0
+    assert set(results["sets"]) == {"3000000", "4000000"}  # keyed by each held-out set's first seed
+    for one in results["sets"].values():
+        assert one["points"] == 2
+        assert set(one["paired"]) >= {"trained_minus_sft", "trained_minus_format_teacher",
+                                      "trained_minus_scripted_teacher"}
+        for stat in one["paired"].values():
+            assert set(stat) == {"mean", "ci95_low", "ci95_high", "n"} and stat["n"] == 2
+            assert stat["ci95_low"] <= stat["mean"] <= stat["ci95_high"]
+        assert 0.0 <= one["format_valid"] <= 1.0 and 0.0 <= one["executed"] <= 1.0
+        assert list(one["columns"]) == ["format-only teacher", "scripted teacher", "hindsight (drawn outcome)",
+                                        "base model", "after SFT", "after SFT+RL (exact)", "after SFT+GRPO (sampled)"]
+        # the hindsight bet is paid at the outcome: it gains over waiting at every point
+        assert one["columns"]["hindsight (drawn outcome)"]["gain"] > 0
+    assert results["wall_s"] > 0 and results["peak_rss_gb"] > 0 and results["cpu_model"] and results["load_average"]
     assert "| on held-out decision points |" in proc.stdout and "gain over after SFT, paired" in proc.stdout
     # It says what it shows, before it starts and under its tables: the wiring, not learning.
     note = "--smoke checks the wiring, not learning"
