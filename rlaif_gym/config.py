@@ -12,7 +12,16 @@ import reprlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from .errors import ConfigError
 
@@ -114,6 +123,17 @@ class RLAIFEnvConfig(BaseModel):
         "reference; equal to numba within 1e-9 relative).",
     )
 
+    # --- text face
+    prompt_style: Literal["full", "compact"] = Field(
+        "full",
+        description="How the text face renders a tick. full (default): every section in detail (market questions, "
+        "YES and NO prices, perp statistics, the whole portfolio, the newest feed items of every market) under a "
+        "system prompt of the rules and every action's example: about 1,250 tokens a decision, chat-templated. "
+        "compact: what a decision needs, for RL with small models on CPUs: open markets as id, YES price, last-hour "
+        "change and hours to resolution; one short line per perp; cash and equity; of the feed items the full prompt "
+        "shows, only those about open markets and perps; under a system prompt of at most 80 tokens (docs/world.md).",
+    )
+
     # --- numeric face
     numeric_perp_leverage: float = Field(2.0, ge=1, le=100, description="Leverage of numeric open_perp actions.")
 
@@ -152,6 +172,17 @@ class RLAIFEnvConfig(BaseModel):
                 raise ValueError(f"weight of {name!r} must be finite and >= 0, at most {_MAX_SCALE:g}, got {value!r}")
         return weights
 
+    @model_serializer(mode="wrap")
+    def _omit_late_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A dump leaves out the fields added after records were first pinned while they hold their default
+        (`_LATE_DEFAULTS`): a trajectory, manifest or snapshot of a default config stays byte for byte what it
+        was (tests/rollout/test_trajectory_bytes.py), and reading one back gives the default anyway."""
+        data = handler(self)
+        for name, default in _LATE_DEFAULTS.items():
+            if data.get(name, None) == default:
+                del data[name]
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> RLAIFEnvConfig:
         if self.market_duration_min > self.market_duration_max:
@@ -169,6 +200,10 @@ class RLAIFEnvConfig(BaseModel):
                 f"numeric_perp_leverage ({self.numeric_perp_leverage}) must be <= max_leverage ({self.max_leverage})"
             )
         return self
+
+
+_LATE_DEFAULTS: dict[str, Any] = {"prompt_style": "full"}
+"""Fields added after the records were pinned, with the default a dump leaves out (see `_omit_late_defaults`)."""
 
 
 def _reject_unknown_keys(data: Mapping[str, Any]) -> None:

@@ -270,7 +270,7 @@ def reply_json_schema(limits: GrammarLimits | None = None) -> dict[str, Any]:
 # -- per tick: only the ids the prompt shows -------------------------------------------------------------------
 
 _SECTION = re.compile(r"^## (.+)$", re.MULTILINE)
-_MARKET_LINE = re.compile(r'^- (market-\d+) ".*?": YES ', re.MULTILINE)
+_MARKET_LINE = re.compile(r'^- (market-\d+)(?: ".*?")?: YES ', re.MULTILINE)  # the compact style has no question
 _HELD = re.compile(r"You hold [\d,.]+ (YES|NO) \(cost")
 _PERP_LINE = re.compile(r"^- ([A-Z]+) \$", re.MULTILINE)
 _POSITION = re.compile(r"Your position (pos-\d+): (LONG|SHORT) ")
@@ -309,7 +309,8 @@ class TickIds:
 
     @classmethod
     def from_prompt(cls, prompt: str, system_prompt: str | None = None) -> TickIds | None:
-        """The ids a rendered tick prompt (`encoding.prompt.render_prompt`) shows; None for any other text.
+        """The ids a rendered tick prompt (`encoding.prompt.render_prompt`, either style) shows; None for any
+        other text.
 
         Reads the sections the prompt renders from its `TickView`: markets and held shares, perps and
         open positions, group chats and whether they are joined, the social feed's authors. The leverage

@@ -109,8 +109,9 @@ class DecisionPoint:
 
 
 def evidence_counts(env: RLAIFTextEnv) -> dict[str, int]:
-    """Feed items (news, visible group tips, NPC posts) in the current prompt that name each market id."""
-    view = env.view
+    """Feed items (news, visible group tips, NPC posts) in the current prompt that name each market id (of the
+    whole feed for the full prompt style, of what it shows for the compact one: `RLAIFTextEnv.shown_view`)."""
+    view = env.shown_view
     counts: dict[str, int] = {}
     for item in (*view.news, *view.tips, *view.posts):
         if item.subject.startswith("market-"):

@@ -24,7 +24,7 @@ from gymnasium.utils import seeding
 from .. import sim
 from ..config import RLAIFEnvConfig
 from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
-from ..encoding.prompt import PROMPT_CHARSET, render_prompt, system_prompt
+from ..encoding.prompt import PROMPT_CHARSET, render_prompt, shown_view, system_prompt
 from ..encoding.view import build_view
 from ..errors import ConfigError, InvalidActionError, ResetNeeded
 from ..judge.rules import RuleJudge
@@ -98,7 +98,7 @@ class RLAIFMultiAgentEnv:
         # One space object per agent, created once (PettingZoo requires the same object every call).
         self.observation_spaces = {a: obs_space() for a in self.possible_agents}
         self.action_spaces = {a: act_space() for a in self.possible_agents}
-        self.system_prompt = system_prompt(self.params) if face == "text" else None
+        self.system_prompt = system_prompt(self.params, self.config.prompt_style) if face == "text" else None
         self.judge = RuleJudge() if face == "text" else None
         self.world: sim.WorldState | None = None  # the shared world (ground truth included; not for policies)
         self.accounts: Accounts | None = None
@@ -264,7 +264,7 @@ class RLAIFMultiAgentEnv:
             return encode_observations(self.world, self.params, self.layout)[0]
         view = build_view(self.world, self.params, 0)
         self._views[agent] = view
-        self._prompts[agent] = render_prompt(view, last_feedback)
+        self._prompts[agent] = render_prompt(view, last_feedback, self.config.prompt_style)
         return self._prompts[agent]
 
     def _decode(self, agent: str, action: Any):
@@ -272,7 +272,8 @@ class RLAIFMultiAgentEnv:
         if self.face == "text":
             parsed, row = decode_reply(check_reply(action, f"{agent}: the text face's action"), self.world,
                                        self.params)
-            verdict = self.judge.score(parsed, self._views[agent], self._prompts[agent])
+            verdict = self.judge.score(parsed, shown_view(self._views[agent], self.config.prompt_style),
+                                       self._prompts[agent])
             return sim.ActionBatch.from_rows([row]), parsed, verdict
         ints = check_numeric_action(action, self.nvec, f"{agent}: ")  # the single env's check, shared
         return decode_actions(ints[None, :], self.world, self.params, self.config.numeric_perp_leverage), None, None

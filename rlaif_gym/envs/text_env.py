@@ -11,7 +11,7 @@ from gymnasium import spaces
 
 from .. import sim
 from ..config import RLAIFEnvConfig
-from ..encoding.prompt import PROMPT_CHARSET, render_prompt, system_prompt
+from ..encoding.prompt import PROMPT_CHARSET, render_prompt, shown_view, system_prompt
 from ..encoding.reply import ParsedReply
 from ..encoding.view import TickView, build_view
 from ..errors import ResetNeeded
@@ -63,7 +63,9 @@ class RLAIFTextEnv(RLAIFEnv):
     `Text(max_length=16384, charset=PROMPT_CHARSET)`: one prompt per tick with sections for
     prediction markets (prices as cents), perps, portfolio, news, social feed, group chats and the
     last action's result. `env.unwrapped.system_prompt` (also `info["system_prompt"]` at reset)
-    states the reply format with one example.
+    states the reply format with one example. `prompt_style="compact"` renders only what a decision
+    needs (open markets, short perp lines, cash and equity, feed items about open markets and the
+    perps) under a system prompt of at most 80 tokens; same headers and line grammar (docs/world.md).
 
     ## Action Space
     `Text(max_length=4096, min_length=0, charset=PROMPT_CHARSET)`: free reasoning in
@@ -110,7 +112,7 @@ class RLAIFTextEnv(RLAIFEnv):
         super().__init__(config, render_mode, **overrides)
         self.observation_space = spaces.Text(max_length=MAX_PROMPT_CHARS, min_length=1, charset=PROMPT_CHARSET)
         self.action_space = spaces.Text(max_length=MAX_REPLY_SAMPLE_CHARS, min_length=0, charset=PROMPT_CHARSET)
-        self.system_prompt = system_prompt(self.params)
+        self.system_prompt = system_prompt(self.params, self.config.prompt_style)
         self.judge = RuleJudge()
         self._view: TickView | None = None
         self._prompt = ""
@@ -120,7 +122,7 @@ class RLAIFTextEnv(RLAIFEnv):
         """Start a new episode; returns the first prompt and `info["system_prompt"]`."""
         self._numeric, info = super().reset(seed=seed, options=options)
         self._view = build_view(self._core.state, self.params, 0)
-        self._prompt = render_prompt(self._view, None)
+        self._prompt = render_prompt(self._view, None, self.config.prompt_style)
         return self._prompt, {**info, "system_prompt": self.system_prompt}
 
     @property
@@ -140,24 +142,31 @@ class RLAIFTextEnv(RLAIFEnv):
 
     @property
     def view(self) -> TickView:
-        """What the agent sees now, as data (the prompt is rendered from it)."""
+        """What the agent may see now, as data: the public state the prompt is rendered from, whatever the
+        prompt style (the compact prompt shows part of it: `shown_view`)."""
         if self._view is None:
             raise ResetNeeded("call reset() before reading the view")
         return self._view
+
+    @property
+    def shown_view(self) -> TickView:
+        """The part of `view` the current prompt shows (`encoding.prompt.shown_view` of the config's
+        `prompt_style`; the whole view for "full"). The rule judge checks a reply's claims against it."""
+        return shown_view(self.view, self.config.prompt_style)
 
     def step(self, action):
         """Parse the reply, execute its action, advance the world, and score the transition."""
         self._check_running()
         state = self._core.state
         parsed, row = decode_reply(check_reply(action), state, self.params)
-        verdict = self.judge.score(parsed, self._view, self._prompt)
+        verdict = self.judge.score(parsed, shown_view(self._view, self.config.prompt_style), self._prompt)
         res = self._transition(sim.ActionBatch.from_rows([row]),
                                (np.array([verdict.format]), np.array([verdict.reasoning])))
         self._numeric = res.observation[0]
         out = res.outcome
         self._feedback = step_feedback(out, 0, parsed)
         self._view = build_view(state, self.params, 0, out.equity_after[0])
-        self._prompt = render_prompt(self._view, describe_outcome(parsed.action, parsed, out))
+        self._prompt = render_prompt(self._view, describe_outcome(parsed.action, parsed, out), self.config.prompt_style)
         info = {
             **self._info(res),
             "parsed_action": parsed.action.to_dict() if parsed.action else None,

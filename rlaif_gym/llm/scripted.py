@@ -1,6 +1,6 @@
 """`ScriptedLLM`: an offline, deterministic chat model that plays Babylon sensibly.
 
-It reads only the chat messages (the prompt text, like a real model would), weighs the evidence
+It reads only the chat messages (the prompt text, like a real model would; either prompt style), weighs the evidence
 the prompt shows (news by source reliability, group-chat tips, posts by author reputation, perp
 rumours), and writes a genuine reply in the canonical format: a `<think>` block that cites the ids,
 prices and sources it relied on and argues for the action, then one JSON action. A run with no
@@ -27,7 +27,9 @@ from .types import Completion, SamplingParams
 
 __all__ = ["ScriptedLLM"]
 
-_MARKET = re.compile(r'^- (market-\d+) "(.*?)": YES ([\d.]+)¢, NO ([\d.]+)¢.*?resolves in (-?\d+)h\.(.*)$', re.M)
+# The question and the NO price are optional: the compact prompt style shows neither.
+_MARKET = re.compile(r'^- (market-\d+)(?: "(.*?)")?: YES ([\d.]+)¢(?:, NO ([\d.]+)¢)?.*?resolves in (-?\d+)h\.(.*)$',
+                     re.M)
 _HOLD = re.compile(r"You hold ([\d,.]+) (YES|NO)")
 _NEWS = re.compile(r"^- \[t(\d+)\] (.+?): (market-\d+) is expected to resolve (YES|NO)$", re.M)
 _LEAK = re.compile(r"^- \[t(\d+)\] rumour: insiders whisper that (\w+) is about to move (UP|DOWN)$", re.M)
@@ -147,7 +149,8 @@ class ScriptedLLM:
                     continue
                 cites = "; ".join(e.citation for e in evidence[:4])
                 lean = "underpriced" if side == "YES" else "overpriced"
-                think = (f"{mid} ({question}) trades at {100 * yes_p:.1f}¢ YES. The evidence: {cites}. Weighing it, "
+                named = f"{mid} ({question})" if question else mid
+                think = (f"{named} trades at {100 * yes_p:.1f}¢ YES. The evidence: {cites}. Weighing it, "
                          f"I put YES near {100 * implied:.0f}%, so the market is {lean} and {side} has the edge. "
                          f"I buy {side} with ${amount:,.0f}, about {100 * amount / max(equity, 1):.0f}% of equity.")
                 best = (abs(gap), think, {"type": "buy_prediction", "market": mid, "outcome": side, "amount": amount})
