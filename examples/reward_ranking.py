@@ -4,6 +4,7 @@
     python examples/reward_ranking.py --original         # the same policies under reward_scheme="original" too
     python examples/reward_ranking.py --truth --signal   # + reward_mark="truth", and the learning-signal tables
     python examples/reward_ranking.py --seeds 20 --groups 4   # a quick look
+    python examples/reward_ranking.py --prompt-style compact --groups 0   # the text face in the compact prompt style
 
 Every row plays one whole episode per seed, the same seeds for every policy (from --first-seed,
 1,000,000 by default: no example or training run resets there). Tables, in order: the numeric face
@@ -87,16 +88,19 @@ def main() -> None:
     parser.add_argument("--original", action="store_true", help='also the tables under reward_scheme="original"')
     parser.add_argument("--truth", action="store_true", help='also both faces under reward_mark="truth"')
     parser.add_argument("--signal", action="store_true", help="also the learning-signal tables")
+    parser.add_argument("--prompt-style", choices=("full", "compact"), default="full",
+                        help="the text face's prompt style (the numeric face has no prompt: its tables do not change)")
     parser.add_argument("--no-default", action="store_true", help="skip the default-reward tables (with --truth, "
                         "--signal)")
     args = parser.parse_args()
 
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    style = "" if args.prompt_style == "full" else f', prompt_style="{args.prompt_style}"'
     schemes = ([] if args.no_default else ["skill"]) + (["original"] if args.original else [])
     start = time.perf_counter()
     for scheme in schemes:
-        config = RLAIFEnvConfig(reward_scheme=scheme)
-        tag = "default reward" if scheme == "skill" else 'reward_scheme="original"'
+        config = RLAIFEnvConfig(reward_scheme=scheme, prompt_style=args.prompt_style)
+        tag = ("default reward" if scheme == "skill" else 'reward_scheme="original"') + style
         check = scheme == "skill"
         report(f"Numeric face (RLAIF-v0), {tag}, {len(seeds)} seeds", numeric_ranking(seeds, config), config,
                EXPECTED_ORDERS["numeric"] if check else None)
@@ -107,13 +111,13 @@ def main() -> None:
         if scheme != "skill":
             continue
         for archetype in ("trader", "social-butterfly"):
-            arch = RLAIFEnvConfig(archetype=archetype)
+            arch = RLAIFEnvConfig(archetype=archetype, prompt_style=args.prompt_style)
             report(f"Text face, archetype={archetype!r}, {len(seeds)} seeds",
                    text_ranking(seeds, arch, ARCHETYPE_POLICIES, workers=args.workers), arch,
                    EXPECTED_ORDERS[archetype], spearman=archetype == "trader")
     if args.truth:
-        config = RLAIFEnvConfig(reward_mark="truth")
-        tag = 'reward_mark="truth"'
+        config = RLAIFEnvConfig(reward_mark="truth", prompt_style=args.prompt_style)
+        tag = 'reward_mark="truth"' + style
         report(f"Numeric face (RLAIF-v0), {tag}, {len(seeds)} seeds", numeric_ranking(seeds, config), config,
                EXPECTED_ORDERS["numeric"])
         if not args.no_text:

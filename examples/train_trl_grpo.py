@@ -71,7 +71,6 @@ from rlaif_gym.integrations.trl import (
     score_decision_replies,
     sft_examples,
     sft_train,
-    shared_prompt_logps,
     trainer_generator,
     transformers_generator,
 )
@@ -97,7 +96,7 @@ class Args:
     """The share of cash every taught bet stakes (the format-only teacher's and the enumerated replies')."""
     max_reply_tokens: int = 40
     """Token budget of one reply (a JSON-only bet is about 30 tokens)."""
-    sft_steps: int = 60
+    sft_steps: int = 32
     """SFT steps on the format-only teacher's replies at the training points."""
     sft_batch_size: int = 8
     """Replies per SFT step."""
@@ -105,11 +104,14 @@ class Args:
     """AdamW learning rate of SFT."""
     min_bet_share: float = 0.9
     """Stop before RL unless the SFT model's greedy replies bet at this share of held-out points or more."""
-    epochs: int = 2
+    epochs: int = 1
     """--rl exact: passes over the training points."""
     points_per_step: int = 8
-    """--rl exact: decision points per optimizer step."""
-    learning_rate: float = 3e-4
+    """--rl exact: decision points per batch (their prompts run once)."""
+    inner_steps: int = 2
+    """--rl exact: optimizer steps per batch (the prompts' keys and values are reused: each step costs the replies'
+    endings only)."""
+    learning_rate: float = 1e-3
     """AdamW learning rate of RL (of the LoRA adapter)."""
     grpo_steps: int = 40
     """--rl grpo: optimizer steps."""
@@ -121,8 +123,8 @@ class Args:
     """--rl grpo: sampling temperature of the groups."""
     lora_r: int = 16
     """LoRA rank."""
-    eval_base: bool = True
-    """Evaluate the base model too (its replies run to the token budget)."""
+    eval_base: bool = False
+    """Evaluate the base model too (its replies run to the token budget: 7 minutes on two cores)."""
     eval_batch: int = 16
     """Held-out points per greedy generation batch."""
     config: str = ""
@@ -210,48 +212,72 @@ def side_choices(points: list[DecisionPoint], tokenizer, teacher: FormatOnlyLLM)
     return out
 
 
-def side_logps(model, choices: list[SideChoice], pad: int) -> torch.Tensor:
-    """log p(ending | prompt and shared start) of both sides of each choice, shape (len(choices), 2), with gradients
-    through the endings' tokens (the prompts run once each, without gradients: `shared_prompt_logps`)."""
-    rows = [(c.prompt, e) for c in choices for e in c.endings]
-    width_p = max(len(p) for p, _ in rows)
-    width_e = max(len(e) for _, e in rows)
-    ids = [[pad] * (width_p - len(p)) + p + e + [pad] * (width_e - len(e)) for p, e in rows]
-    mask = [[0] * (width_p - len(p)) + [1] * (len(p) + len(e)) + [0] * (width_e - len(e)) for p, e in rows]
+def prompt_caches(model, choices: list[SideChoice]) -> list:
+    """Each choice's prompt (all but its last token) run once, without gradients: a KV cache for its two sides."""
     device = next(model.parameters()).device
-    ids_t = torch.tensor(ids, dtype=torch.long, device=device)
-    mask_t = torch.tensor(mask, dtype=torch.long, device=device)
-    logps, _ = shared_prompt_logps(model, ids_t, mask_t, width_e)
-    return (logps * mask_t[:, width_p:]).sum(-1).view(len(choices), 2)
+    caches = []
+    with torch.no_grad():
+        for c in choices:
+            cache = model(input_ids=torch.tensor([c.prompt[:-1]], device=device), use_cache=True).past_key_values
+            cache.batch_repeat_interleave(2)
+            caches.append(cache)
+    return caches
+
+
+def side_logps(model, choice: SideChoice, cache, pad: int) -> torch.Tensor:
+    """log p(ending | prompt and shared start) of the two sides of `choice`, shape (2,), with gradients through the
+    endings' tokens; the prompt's keys and values come from `cache` (held fixed) and it is cropped back after."""
+    width = max(len(e) for e in choice.endings)
+    # Right-padded: the padding comes after every real token, so no real token attends to it.
+    rows = [[choice.prompt[-1], *e[:-1]] + [pad] * (width - len(e)) for e in choice.endings]
+    device = next(model.parameters()).device
+    logits = model(input_ids=torch.tensor(rows, device=device), past_key_values=cache, use_cache=True).logits.float()
+    cache.crop(-width)  # drop the endings' keys and values again, and their graph
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys.detach(), layer.values.detach()
+    targets = torch.tensor([e + [pad] * (width - len(e)) for e in choice.endings], device=device)
+    mask = torch.tensor([[1] * len(e) + [0] * (width - len(e)) for e in choice.endings], device=device)
+    logps = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return (logps * mask).sum(-1)
 
 
 def train_exact(model, tokenizer, choices: list[SideChoice], args: Args, log) -> list[dict[str, float]]:
-    """The exact variant: per step, `points_per_step` choices; the loss is minus the expected return of the policy
-    renormalised over the two sides (its gradient is the exact policy gradient over that set, through the endings).
-    Returns one curve row per update: the expected return and the share of choices whose sides score alike."""
+    """The exact variant: per batch of `points_per_step` choices, the prompts run once (no gradients), then
+    `inner_steps` AdamW steps on minus the expected return of the policy renormalised over the two sides: each is
+    the exact policy gradient over that set, through the endings' tokens (the prompts' keys and values held fixed
+    for the batch, as `shared_prompt_logps` holds them for a step). Returns one curve row per batch: the expected
+    return before its first step, the share of its choices whose better side the policy prefers, and the share
+    whose sides score alike (no gradient)."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=0.0)
     gen = torch.Generator().manual_seed(args.seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     curve = []
-    model.train()
     for epoch in range(args.epochs):
         order = torch.randperm(len(choices), generator=gen).tolist()
         for start in range(0, len(order), args.points_per_step):
             batch = [choices[k] for k in order[start:start + args.points_per_step]]
+            model.eval()
+            caches = prompt_caches(model, batch)
+            model.train()
             returns = torch.tensor([c.returns for c in batch], dtype=torch.float32, device=params[0].device)
-            policy = torch.softmax(side_logps(model, batch, pad), dim=-1)
-            expected = (policy * returns).sum(-1)
-            loss = -expected.mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            right = (policy.argmax(-1) == returns.argmax(-1)).float()
-            alike = (returns[:, 0] == returns[:, 1]).float()
-            curve.append({"update": len(curve) + 1, "epoch": epoch + 1, "mean_return": float(expected.mean()),
-                          "zero_variance": float(alike.mean()), "best_side_share": float(right.mean()),
-                          "loss": float(loss)})
-            log(curve[-1])
+            for inner in range(args.inner_steps):
+                policy = torch.softmax(torch.stack([side_logps(model, c, cache, pad)
+                                                    for c, cache in zip(batch, caches, strict=True)]), dim=-1)
+                expected = (policy * returns).sum(-1)
+                loss = -expected.mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                if inner == 0:
+                    first = policy.detach()
+                    row = {"update": len(curve) + 1, "epoch": epoch + 1,
+                           "mean_return": float(expected.detach().mean()),
+                           "zero_variance": float((returns[:, 0] == returns[:, 1]).float().mean()),
+                           "best_side_share": float((first.argmax(-1) == returns.argmax(-1)).float().mean()),
+                           "loss": float(loss.detach())}
+            curve.append(row)
+            log(row)
     model.eval()
     return curve
 

@@ -66,9 +66,10 @@ def action_row(state: sim.WorldState, params: sim.WorldParams, world: int,
 
 
 def decode_reply(reply: str, state: sim.WorldState, params: sim.WorldParams,
-                 world: int = 0) -> tuple[ParsedReply, sim.ResolvedAction]:
-    """Parse a reply and resolve its action against world `world`: (the parsed reply, its `ActionBatch` row)."""
-    parsed = parse_reply(reply)
+                 world: int = 0, *, think_required: bool = True) -> tuple[ParsedReply, sim.ResolvedAction]:
+    """Parse a reply and resolve its action against world `world`: (the parsed reply, its `ActionBatch` row).
+    `think_required=False` where the system prompt makes `<think>` optional (`parse_reply`)."""
+    parsed = parse_reply(reply, think_required=think_required)
     return parsed, action_row(state, params, world, parsed.action)
 
 

@@ -87,18 +87,18 @@ __all__ = [
     "TokenGenerator",
     "build_dataset",
     "dataset_rows",
+    "decision_messages",
     "decision_sft_records",
     "decision_table",
     "env_return",
     "episode_metrics",
-    "decision_messages",
     "evaluate_decisions",
     "load_gguf_policy",
     "make_rollout_func",
     "play_episodes",
+    "score_decision_replies",
     "scripted_sft_records",
     "sft_examples",
-    "score_decision_replies",
     "sft_train",
     "shared_prompt_generator",
     "shared_prompt_logps",
@@ -638,7 +638,8 @@ def _sides(env: RLAIFTextEnv, action: Mapping[str, Any] | None) -> tuple[int, in
     return (1 if action.get("outcome") == favoured else -1), (1 if action.get("outcome") == drawn else -1)
 
 
-def _horizon_return(point: DecisionPoint, reply: str, ticks: int | None) -> tuple[float, dict[str, Any], tuple[int, int]]:
+def _horizon_return(point: DecisionPoint, reply: str, ticks: int | None,
+                    ) -> tuple[float, dict[str, Any], tuple[int, int]]:
     """(return over `ticks` from the point after `reply` (None: its `resolution_horizon`), the first step's info,
     the reply's sides as `_sides` gives them)."""
     env = point.env()
@@ -735,8 +736,8 @@ def _clustered(values: Sequence[float], clusters: Sequence[int]) -> tuple[float,
 def decision_table(results: Mapping[str, Sequence[DecisionReply]], *, baseline: str | None = None) -> str:
     """A markdown table of `evaluate_decisions` results, one column per model (e.g. base, after SFT, after
     SFT+GRPO): format-valid %, executed %, right-side share minus wrong-side share (against p*'s side of the
-    price, and against the drawn outcome), and the paired gain over waiting, each with its 95 % interval over decision points; with `baseline`, each column's paired gain over
-    the baseline column's on the same points."""
+    price, and against the drawn outcome), and the paired gain over waiting, each with its 95 % interval over
+    decision points; with `baseline`, each column's paired gain over the baseline column's on the same points."""
     names = list(results)
     rows = [("format-valid", lambda r: float(r.format_valid), "{:.0%}"),
             ("executed", lambda r: float(r.executed), "{:.0%}"),
