@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .scripted import offline_completion
 from .types import Completion, SamplingParams
 
 __all__ = ["FormatOnlyLLM", "bet_reply"]
@@ -78,7 +79,4 @@ class FormatOnlyLLM:
         """Answer the last user message; the side comes from `params.seed` (0 when unset)."""
         prompt = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
         text = self.decide(prompt, np.random.default_rng(params.seed if params.seed is not None else 0))
-        prompt_tokens = sum(len(m.get("content", "").split()) for m in messages)
-        completion_tokens = len(text.split())
-        return Completion(text=text, model=self.model, finish_reason="stop", prompt_tokens=prompt_tokens,
-                          completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+        return offline_completion(text, messages, self.model)

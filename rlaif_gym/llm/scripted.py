@@ -47,6 +47,14 @@ _SOURCE_WEIGHT = {"Reuters-AI": 1.1, "The Daily Pump": 0.4, "anonymous rumour": 
 _GROUP_WEIGHT = {"Alpha Insiders": 1.4, "Whale Watchers": 0.85, "Degen Den": 0.4}
 
 
+def offline_completion(text: str, messages: list[dict[str, str]], model: str) -> Completion:
+    """An offline model's answer as a `Completion`; token counts are whitespace words (no tokenizer runs)."""
+    prompt_tokens = sum(len(m.get("content", "").split()) for m in messages)
+    completion_tokens = len(text.split())
+    return Completion(text=text, model=model, finish_reason="stop", prompt_tokens=prompt_tokens,
+                      completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+
+
 def _money(text: str) -> float:
     return float(text.replace("$", "").replace(",", ""))
 
@@ -82,11 +90,7 @@ class ScriptedLLM:
         prompt = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
         explore = (params.temperature or 0.0) > 0
         think, action = self.decide(prompt, rng if explore else None)
-        text = f"<think>{think}</think>\n{json.dumps(action)}"
-        prompt_tokens = sum(len(m.get("content", "").split()) for m in messages)
-        completion_tokens = len(text.split())
-        return Completion(text=text, model=self.model, finish_reason="stop", prompt_tokens=prompt_tokens,
-                          completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+        return offline_completion(f"<think>{think}</think>\n{json.dumps(action)}", messages, self.model)
 
     def decide(self, prompt: str, rng: np.random.Generator | None = None) -> tuple[str, dict[str, Any]]:
         """(reasoning, action) for one prompt. `rng` adds exploration; None is fully greedy."""

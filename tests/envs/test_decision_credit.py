@@ -96,3 +96,19 @@ def test_the_format_only_teacher_waits_only_with_nothing_to_bet_on():
     assert teacher.bet('- market-3: YES 50.0¢, +0.0¢ last hour, resolves in 2h.\nCash $10.00 | Equity $9.00') is None
     with pytest.raises(ValueError, match="fraction"):
         FormatOnlyLLM(fraction=0.0)
+
+
+def test_the_format_only_teacher_answers_chat_messages_with_the_calls_seed(points):
+    import asyncio
+
+    from rlaif_gym.llm import SamplingParams
+
+    teacher = FormatOnlyLLM()
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": points[0].prompt}]
+    sides = set()
+    for seed in range(8):
+        done = asyncio.run(teacher.complete(messages, SamplingParams(seed=seed)))
+        assert done.text == teacher.decide(points[0].prompt, np.random.default_rng(seed))
+        assert done.model == "format-only-v1" and done.completion_tokens == len(done.text.split())
+        sides.add(json.loads(done.text)["outcome"])
+    assert sides == {"YES", "NO"}
