@@ -155,7 +155,7 @@ def parse_args() -> Args:
     if args.smoke:
         args = dataclasses.replace(args, rl="both", train_seeds=6, eval_points=2, sft_steps=2, sft_batch_size=2,
                                    epochs=1, points_per_step=3, grpo_steps=2, prompts_per_step=1, num_generations=2,
-                                   min_bet_share=0.0, eval_batch=2)
+                                   min_bet_share=0.0, eval_batch=2, eval_base=True)
     return args
 
 

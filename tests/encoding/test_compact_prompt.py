@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import sys
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -29,6 +31,10 @@ from rlaif_gym.envs.multi_agent import RLAIFMultiAgentEnv
 from rlaif_gym.envs.rlaif_env import EnvSnapshot
 from rlaif_gym.llm import ScriptedLLM
 from rlaif_gym.sim import bounds
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tick_checks import assert_ids_match_view
 
 COMPACT = {**DECISION_WORLD, "prompt_style": "compact"}
 WORLDS = [DECISION_WORLD, {"num_ticks": 60}]  # a small world of short markets, and the default one
@@ -230,13 +236,7 @@ def test_tick_ids_read_from_the_compact_prompt_are_the_views(config):
     for _ in range(30):
         view, shown = env.view, env.shown_view
         ids = TickIds.from_prompt(prompt, system)
-        assert ids is not None
-        assert ids.markets == tuple(m.market_id for m in view.markets)
-        assert ids.held == tuple((m.market_id, o) for m in view.markets
-                                 for o, h in (("YES", m.held_yes), ("NO", m.held_no)) if h > 0)
-        assert ids.tickers == tuple(p.ticker for p in view.perps if not p.position_id)
-        assert ids.positions == tuple((p.ticker, p.position_id) for p in view.perps if p.position_id)
-        assert ids.groups == tuple(g for g, joined in view.groups if not joined)
+        assert_ids_match_view(ids, view)
         agent_ids = dict(reversed(label.split(" ", 1)) for label in view.npcs)  # name -> "agent-k"
         assert set(ids.recipients) == {agent_ids[p.source] for p in shown.posts}  # the authors the prompt shows
         prompt, _, terminated, truncated, _ = env.step(_varied(view, rng))

@@ -25,6 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from gbnf_subset import ADVERSARIAL, max_length, parse_gbnf, sample, to_regex
+from tick_checks import assert_ids_match_view
 
 from rlaif_gym.encoding.grammar import (
     GrammarLimits,
@@ -130,13 +131,7 @@ def test_the_ids_read_from_the_prompt_are_the_views(seed, config):
     for env, _, system, prompt in _episode_prompts(seed, 30, config):
         view = env.view
         ids = TickIds.from_prompt(prompt, system)
-        assert ids is not None
-        assert ids.markets == tuple(m.market_id for m in view.markets)
-        assert ids.held == tuple((m.market_id, o) for m in view.markets
-                                 for o, h in (("YES", m.held_yes), ("NO", m.held_no)) if h > 0)
-        assert ids.tickers == tuple(p.ticker for p in view.perps if not p.position_id)
-        assert ids.positions == tuple((p.ticker, p.position_id) for p in view.perps if p.position_id)
-        assert ids.groups == tuple(g for g, joined in view.groups if not joined)
+        assert_ids_match_view(ids, view)
         assert ids.max_leverage == env.params.max_leverage
         authors = set(re.findall(r"^- \[t\d+\] @(.+?) \(reputation", prompt, re.MULTILINE))
         assert {npc_name(int(r.split("-")[1])) for r in ids.recipients} == authors
