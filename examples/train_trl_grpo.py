@@ -30,7 +30,8 @@ One file, top to bottom (CleanRL style). The recipe (docs/trl.md gives each choi
    `results.json` has, per held-out set, the paired differences (trained - SFT, - format-only teacher,
    - scripted teacher) with 95 % intervals over points; a PNG of the training curve is written beside it.
 
-Exits non-zero when a loss or return is not finite, or when the SFT model does not bet.
+Exits non-zero when a loss or return is not finite, when the SFT model does not bet, or when the trained model's
+replies are not format-valid (`--min-format-valid`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ class Args:
     """Replies per SFT step."""
     sft_learning_rate: float = 1e-3
     """AdamW learning rate of SFT."""
+    min_format_valid: float = 0.95
+    """Exit 1 (after writing results.json) unless the trained model's greedy replies are format-valid at this share of
+    held-out points or more, on every set: RL that breaks the reply's form is a failed run."""
     min_bet_share: float = 0.9
     """Stop before RL unless the SFT model's greedy replies bet at this share of held-out points or more."""
     epochs: int = 1
@@ -155,7 +159,8 @@ def parse_args() -> Args:
     if args.smoke:
         args = dataclasses.replace(args, rl="both", train_seeds=6, eval_points=2, sft_steps=2, sft_batch_size=2,
                                    epochs=1, points_per_step=3, grpo_steps=2, prompts_per_step=1, num_generations=2,
-                                   min_bet_share=0.0, eval_batch=2, eval_base=True)
+                                   min_bet_share=0.0, min_format_valid=0.0, eval_batch=2,
+                                   eval_base=True)
     return args
 
 
@@ -176,7 +181,10 @@ def scripted_reply(point: DecisionPoint) -> str:
 def hindsight_reply(teacher: FormatOnlyLLM, point: DecisionPoint) -> str:
     """The format-only teacher's bet on the side the market resolves to: the ceiling at these bets (it reads the
     drawn outcome, which no prompt shows)."""
-    market, amount = teacher.bet(point.prompt)
+    bet = teacher.bet(point.prompt)
+    if bet is None:  # nothing to bet on (under $20 of cash): the teacher's own reply, a wait
+        return format_teacher_reply(teacher, point, 0)
+    market, amount = bet
     env = point.env()
     slot = env.view.market(market).slot
     return bet_reply(market, "YES" if int(env.state.pm_outcome[0, slot]) == 1 else "NO", amount)
@@ -516,6 +524,12 @@ def main() -> int:
                   for row in c) and all(math.isfinite(x) for x in sft_losses))
     if not finite:
         print("FAILED: a loss or return is not finite")
+        return 1
+    valid = min(one["format_valid"] for one in sets.values())
+    if valid < args.min_format_valid:
+        print(f"FAILED: after RL the model's greedy replies are format-valid at {valid:.0%} of held-out points (the "
+              f"worst set), under --min-format-valid {args.min_format_valid:.0%}: RL broke the reply's form; lower "
+              f"--learning-rate (now {args.learning_rate:g}) or --inner-steps (now {args.inner_steps})")
         return 1
     return 0
 

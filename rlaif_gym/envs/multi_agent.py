@@ -99,8 +99,8 @@ class RLAIFMultiAgentEnv:
         self.observation_spaces = {a: obs_space() for a in self.possible_agents}
         self.action_spaces = {a: act_space() for a in self.possible_agents}
         self.system_prompt = system_prompt(self.params, self.config.prompt_style) if face == "text" else None
-        self._think_required = self.config.prompt_style != "compact"  # the compact system prompt: <think> optional
-        self.judge = RuleJudge(think_required=self._think_required) if face == "text" else None
+        # The compact system prompt makes <think> optional: a bare JSON action is canonical there.
+        self.judge = RuleJudge(think_required=self.config.prompt_style != "compact") if face == "text" else None
         self.world: sim.WorldState | None = None  # the shared world (ground truth included; not for policies)
         self.accounts: Accounts | None = None
         self._np_random: np.random.Generator | None = None
@@ -272,7 +272,7 @@ class RLAIFMultiAgentEnv:
         """(ActionBatch, parsed reply or None, judge verdict or None) for one agent's action; its account is loaded."""
         if self.face == "text":
             parsed, row = decode_reply(check_reply(action, f"{agent}: the text face's action"), self.world,
-                                       self.params, think_required=self._think_required)
+                                       self.params, think_required=self.judge.think_required)
             verdict = self.judge.score(parsed, shown_view(self._views[agent], self.config.prompt_style),
                                        self._prompts[agent])
             return sim.ActionBatch.from_rows([row]), parsed, verdict

@@ -114,8 +114,7 @@ class RLAIFTextEnv(RLAIFEnv):
         self.action_space = spaces.Text(max_length=MAX_REPLY_SAMPLE_CHARS, min_length=0, charset=PROMPT_CHARSET)
         self.system_prompt = system_prompt(self.params, self.config.prompt_style)
         # The compact system prompt makes <think> optional: a bare JSON action is canonical there.
-        self._think_required = self.config.prompt_style != "compact"
-        self.judge = RuleJudge(think_required=self._think_required)
+        self.judge = RuleJudge(think_required=self.config.prompt_style != "compact")
         self._view: TickView | None = None
         self._prompt = ""
         self._numeric: np.ndarray | None = None
@@ -160,8 +159,8 @@ class RLAIFTextEnv(RLAIFEnv):
         """Parse the reply, execute its action, advance the world, and score the transition."""
         self._check_running()
         state = self._core.state
-        parsed, row = decode_reply(check_reply(action), state, self.params, think_required=self._think_required)
-        verdict = self.judge.score(parsed, shown_view(self._view, self.config.prompt_style), self._prompt)
+        parsed, row = decode_reply(check_reply(action), state, self.params, think_required=self.judge.think_required)
+        verdict = self.judge.score(parsed, self.shown_view, self._prompt)
         res = self._transition(sim.ActionBatch.from_rows([row]),
                                (np.array([verdict.format]), np.array([verdict.reasoning])))
         self._numeric = res.observation[0]
