@@ -18,10 +18,14 @@ One file, top to bottom (CleanRL style). The recipe (docs/trl.md gives each choi
    names most, 5 % of cash, the side a coin flip. The model learns to answer in form and to bet, nothing about
    the side; the run stops before RL unless the SFT model bets at >= 90 % of held-out points (greedy).
 4. **RL on the side**, one of:
-   - `--rl exact` (default): an exact policy gradient over the two enumerated canonical replies (the same bet
-     on YES and on NO), each scored by the env at the forked state: no sampling noise and no zero-variance
-     groups. The policy is the model's probability of each reply, renormalised over the two; the objective is
-     its expected return. The wait is left out of the set: the decision RL learns is the side.
+   - `--rl exact` (default): both sides of the format-only teacher's bet (the same bet on YES and on NO) scored
+     by the env at the forked state, so every point says exactly which side was worth how much: no sampling
+     noise, no zero-variance groups. The policy is the model's next-token distribution at the side token,
+     renormalised over YES and NO (the wait is left out: the decision RL learns is the side). Its loss
+     (`--objective weighted`) is minus log pi(better side) times |R_YES - R_NO|, the full-information bandit's
+     cost-sensitive log loss, plus a form anchor: the cross-entropy of the reply's other tokens. One forward
+     and backward pass per point, with gradients through the prompt. `--objective pg` takes the exact
+     policy gradient of the expected return instead (it saturates on one side: docs/trl.md).
    - `--rl grpo`: TRL's `GRPOTrainer` (`SharedPromptGRPOTrainer`: each group's prompt run once) with sampled
      groups; zero-variance groups dropped and counted.
 5. **Evaluation** of every model by its own greedy free-text reply at each held-out point, sent to the env and
@@ -108,14 +112,18 @@ class Args:
     held-out points or more, on every set: RL that breaks the reply's form is a failed run."""
     min_bet_share: float = 0.9
     """Stop before RL unless the SFT model's greedy replies bet at this share of held-out points or more."""
-    epochs: int = 1
+    epochs: int = 2
     """--rl exact: passes over the training points."""
     points_per_step: int = 8
-    """--rl exact: decision points per batch (their prompts run once)."""
-    inner_steps: int = 2
-    """--rl exact: optimizer steps per batch (the prompts' keys and values are reused: each step costs the replies'
-    endings only)."""
-    learning_rate: float = 1e-3
+    """--rl exact: decision points per optimizer step."""
+    objective: Literal["weighted", "pg"] = "weighted"
+    """--rl exact: the side's loss. "weighted": minus log pi(better side) times |R_YES - R_NO| (the full-information
+    bandit's cost-sensitive log loss; its optimum bets the side of higher expected return). "pg": minus the
+    expected return over the two sides (the exact policy gradient; it saturates: docs/trl.md)."""
+    anchor: float = 1.0
+    """--rl exact: weight of the form anchor, the cross-entropy of the teacher's reply tokens other than the side's
+    (what keeps RL from breaking the reply's form)."""
+    learning_rate: float = 5e-4
     """AdamW learning rate of RL (of the LoRA adapter)."""
     grpo_steps: int = 40
     """--rl grpo: optimizer steps."""
@@ -127,6 +135,9 @@ class Args:
     """--rl grpo: sampling temperature of the groups."""
     lora_r: int = 16
     """LoRA rank."""
+    lora_layers: int = 15
+    """LoRA on the top this many of the model's 30 layers (the backward pass stops below them: 15 costs about 1.25 s
+    a point on two cores, against 1.5 s for all 30)."""
     eval_base: bool = False
     """Evaluate the base model too (its replies run to the token budget: 7 minutes on two cores)."""
     eval_batch: int = 16
@@ -192,18 +203,21 @@ def hindsight_reply(teacher: FormatOnlyLLM, point: DecisionPoint) -> str:
 
 @dataclass
 class SideChoice:
-    """One training point of the exact variant: the prompt, the bet's shared start and the two sides' endings.
+    """One training point of the exact variant: the format-only teacher's bet, and what each side of it earns.
 
-    `prompt` holds the chat-templated prompt and the reply's tokens up to where YES and NO differ; `endings` the
-    rest of each side's reply with its end-of-turn token; `returns` each side's return over the resolution
-    horizon minus a wait's (the env's scores at the forked state)."""
+    `ids` are the chat-templated prompt and the teacher's reply (its coin's side); `reply_start` is where the reply
+    begins; the token at `side_at` is the first where the YES and NO replies differ (`side_tokens`: YES's, NO's);
+    `returns` each side's return over the resolution horizon minus a wait's (the env's scores at the forked
+    state)."""
 
-    prompt: list[int]
-    endings: tuple[list[int], list[int]]
+    ids: list[int]
+    reply_start: int
+    side_at: int
+    side_tokens: tuple[int, int]
     returns: tuple[float, float]
 
 
-def side_choices(points: list[DecisionPoint], tokenizer, teacher: FormatOnlyLLM) -> list[SideChoice]:
+def side_choices(points: list[DecisionPoint], tokenizer, teacher: FormatOnlyLLM, seed: int) -> list[SideChoice]:
     """The enumerated bets of every point that has one (the format-only teacher's market and size, both sides)."""
     out = []
     bets = [(i, teacher.bet(p.prompt)) for i, p in enumerate(points)]
@@ -211,79 +225,74 @@ def side_choices(points: list[DecisionPoint], tokenizer, teacher: FormatOnlyLLM)
     scored = score_decision_replies(points, replies)
     for k in range(0, len(replies), 2):
         i = replies[k][0]
-        records = [{"messages": [*decision_messages(points[i]), {"role": "assistant", "content": replies[k + j][1]}]}
-                   for j in (0, 1)]
-        (prompt, yes), (_, no) = sft_examples(records, tokenizer)
-        shared = next(n for n in range(min(len(yes), len(no))) if yes[n] != no[n])
-        out.append(SideChoice(prompt + yes[:shared], (yes[shared:], no[shared:]),
+        taught = format_teacher_reply(teacher, points[i], seed)
+        records = [{"messages": [*decision_messages(points[i]), {"role": "assistant", "content": reply}]}
+                   for reply in (replies[k][1], replies[k + 1][1], taught)]
+        (prompt, yes), (_, no), (_, reply) = sft_examples(records, tokenizer)
+        at = next(n for n in range(min(len(yes), len(no))) if yes[n] != no[n])
+        out.append(SideChoice(prompt + reply, len(prompt), len(prompt) + at, (yes[at], no[at]),
                               (scored[k].gain, scored[k + 1].gain)))
     return out
 
 
-def prompt_caches(model, choices: list[SideChoice]) -> list:
-    """Each choice's prompt (all but its last token) run once, without gradients: a KV cache for its two sides."""
+def choice_losses(model, choice: SideChoice, scale: float, objective: str) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                      torch.Tensor]:
+    """(the side's loss, the form anchor's, the policy over the two sides) at one point, from one forward pass of
+    its prompt and reply with gradients through every token (the prompt's included).
+
+    The policy is the model's next-token distribution at the side token, renormalised over YES's and NO's. The
+    side's loss is, for `objective="weighted"`, minus log pi(the better side) times |R_YES - R_NO| / `scale`;
+    for `"pg"`, minus the expected return sum_s pi(s) R_s / `scale` (its gradient is the exact policy
+    gradient). The anchor is the mean cross-entropy of the teacher's reply tokens other than the side token: the
+    form the SFT taught, held while the side moves."""
     device = next(model.parameters()).device
-    caches = []
-    with torch.no_grad():
-        for c in choices:
-            cache = model(input_ids=torch.tensor([c.prompt[:-1]], device=device), use_cache=True).past_key_values
-            cache.batch_repeat_interleave(2)
-            caches.append(cache)
-    return caches
+    ids = torch.tensor([choice.ids], device=device)
+    logits = model(input_ids=ids).logits[0, choice.reply_start - 1:-1].float()
+    logps = torch.log_softmax(logits, dim=-1)
+    at = choice.side_at - choice.reply_start
+    policy = torch.log_softmax(logits[at, list(choice.side_tokens)], dim=-1)
+    returns = torch.tensor(choice.returns, device=device) / scale
+    if objective == "pg":
+        side = -(policy.exp() * returns).sum()
+    else:
+        better = 0 if choice.returns[0] >= choice.returns[1] else 1
+        side = -(returns[0] - returns[1]).abs() * policy[better]
+    taken = logps.gather(-1, ids[0, choice.reply_start:].unsqueeze(-1)).squeeze(-1)
+    form = torch.cat([taken[:at], taken[at + 1:]])
+    return side, -form.mean(), policy.detach().exp()
 
 
-def side_logps(model, choice: SideChoice, cache, pad: int) -> torch.Tensor:
-    """log p(ending | prompt and shared start) of the two sides of `choice`, shape (2,), with gradients through the
-    endings' tokens; the prompt's keys and values come from `cache` (held fixed) and it is cropped back after."""
-    width = max(len(e) for e in choice.endings)
-    # Right-padded: the padding comes after every real token, so no real token attends to it.
-    rows = [[choice.prompt[-1], *e[:-1]] + [pad] * (width - len(e)) for e in choice.endings]
-    device = next(model.parameters()).device
-    logits = model(input_ids=torch.tensor(rows, device=device), past_key_values=cache, use_cache=True).logits.float()
-    cache.crop(-width)  # drop the endings' keys and values again, and their graph
-    for layer in cache.layers:
-        layer.keys, layer.values = layer.keys.detach(), layer.values.detach()
-    targets = torch.tensor([e + [pad] * (width - len(e)) for e in choice.endings], device=device)
-    mask = torch.tensor([[1] * len(e) + [0] * (width - len(e)) for e in choice.endings], device=device)
-    logps = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return (logps * mask).sum(-1)
-
-
-def train_exact(model, tokenizer, choices: list[SideChoice], args: Args, log) -> list[dict[str, float]]:
-    """The exact variant: per batch of `points_per_step` choices, the prompts run once (no gradients), then
-    `inner_steps` AdamW steps on minus the expected return of the policy renormalised over the two sides: each is
-    the exact policy gradient over that set, through the endings' tokens (the prompts' keys and values held fixed
-    for the batch, as `shared_prompt_logps` holds them for a step). Returns one curve row per batch: the expected
-    return before its first step, the share of its choices whose better side the policy prefers, and the share
-    whose sides score alike (no gradient)."""
+def train_exact(model, choices: list[SideChoice], args: Args, log) -> list[dict[str, float]]:
+    """The exact variant: `epochs` passes over the choices in batches of `points_per_step`, one AdamW step per
+    batch on the side's loss plus `anchor` times the form's (`choice_losses`). Returns one curve row per batch:
+    its points' expected return under the policy before the step, the share whose better side the policy
+    prefers (points it has not been trained on yet in the first epoch), the share whose sides score alike, and
+    the loss."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=0.0)
     gen = torch.Generator().manual_seed(args.seed)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    # The returns' unit: the spread of R_YES - R_NO over the training points (a fixed scale keeps the gradient
+    # exact for "pg" and the weights comparable across batches for "weighted").
+    scale = statistics.pstdev([c.returns[0] - c.returns[1] for c in choices]) or 1.0
     curve = []
+    model.train()
     for epoch in range(args.epochs):
         order = torch.randperm(len(choices), generator=gen).tolist()
         for start in range(0, len(order), args.points_per_step):
             batch = [choices[k] for k in order[start:start + args.points_per_step]]
-            model.eval()
-            caches = prompt_caches(model, batch)
-            model.train()
-            returns = torch.tensor([c.returns for c in batch], dtype=torch.float32, device=params[0].device)
-            for inner in range(args.inner_steps):
-                policy = torch.softmax(torch.stack([side_logps(model, c, cache, pad)
-                                                    for c, cache in zip(batch, caches, strict=True)]), dim=-1)
-                expected = (policy * returns).sum(-1)
-                loss = -expected.mean()
-                optimizer.zero_grad()
+            optimizer.zero_grad()
+            total, expected, best = 0.0, 0.0, 0.0
+            for c in batch:
+                side, form, policy = choice_losses(model, c, scale, args.objective)
+                loss = (side + args.anchor * form) / len(batch)
                 loss.backward()
-                optimizer.step()
-                if inner == 0:
-                    first = policy.detach()
-                    row = {"update": len(curve) + 1, "epoch": epoch + 1,
-                           "mean_return": float(expected.detach().mean()),
-                           "zero_variance": float((returns[:, 0] == returns[:, 1]).float().mean()),
-                           "best_side_share": float((first.argmax(-1) == returns.argmax(-1)).float().mean()),
-                           "loss": float(loss.detach())}
+                total += float(loss.detach())
+                expected += float(policy[0] * c.returns[0] + policy[1] * c.returns[1]) / len(batch)
+                best += float((policy[0] >= policy[1]) == (c.returns[0] >= c.returns[1])) / len(batch)
+            optimizer.step()
+            row = {"update": len(curve) + 1, "epoch": epoch + 1, "mean_return": expected,
+                   "zero_variance": statistics.fmean(c.returns[0] == c.returns[1] for c in batch),
+                   "best_side_share": best, "loss": total}
             curve.append(row)
             log(row)
     model.eval()
@@ -440,7 +449,9 @@ def main() -> int:
 
     # -- SFT on the format-only teacher: form and betting, not the side
     t0 = time.perf_counter()
+    layers = model.config.num_hidden_layers
     peft = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
+                      layers_to_transform=list(range(max(0, layers - args.lora_layers), layers)),
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     model = get_peft_model(model, peft)
     records = [{"messages": [*decision_messages(p), {"role": "assistant",
@@ -467,9 +478,9 @@ def main() -> int:
         t0 = time.perf_counter()
         torch.manual_seed(args.seed)
         if variant == "exact":
-            choices = side_choices(train_points, tokenizer, teacher)
+            choices = side_choices(train_points, tokenizer, teacher, args.seed)
             print(f"exact RL: {len(choices)} training points, {args.epochs} epochs of {args.points_per_step} a step")
-            curves[variant] = train_exact(model, tokenizer, choices, args, lambda row: print(
+            curves[variant] = train_exact(model, choices, args, lambda row: print(
                 f"  update {row['update']:4d}  expected return {row['mean_return']:+.4f}  best side "
                 f"{row['best_side_share']:.2f}  alike {row['zero_variance']:.2f}", flush=True))
         else:
@@ -529,7 +540,7 @@ def main() -> int:
     if valid < args.min_format_valid:
         print(f"FAILED: after RL the model's greedy replies are format-valid at {valid:.0%} of held-out points (the "
               f"worst set), under --min-format-valid {args.min_format_valid:.0%}: RL broke the reply's form; lower "
-              f"--learning-rate (now {args.learning_rate:g}) or --inner-steps (now {args.inner_steps})")
+              f"--learning-rate (now {args.learning_rate:g}) or raise --anchor (now {args.anchor:g})")
         return 1
     return 0
 
