@@ -64,6 +64,7 @@ from trl import GRPOConfig
 from rlaif_gym import RLAIFEnvConfig
 from rlaif_gym.benchmark import cpu_model, load_average
 from rlaif_gym.envs.decisions import DECISION_WORLD, DecisionPoint, decision_points
+from rlaif_gym.evals import baseline_reply, interval
 from rlaif_gym.integrations.trl import (
     DecisionReply,
     SharedPromptGRPOTrainer,
@@ -79,7 +80,7 @@ from rlaif_gym.integrations.trl import (
     trainer_generator,
     transformers_generator,
 )
-from rlaif_gym.llm import FormatOnlyLLM, ScriptedLLM, bet_reply
+from rlaif_gym.llm import FormatOnlyLLM, bet_reply
 
 
 @dataclass
@@ -181,24 +182,6 @@ def parse_args() -> Args:
 def format_teacher_reply(teacher: FormatOnlyLLM, point: DecisionPoint, seed: int) -> str:
     """The format-only teacher's reply at a point: its coin is seeded by the run's seed and the point's seed."""
     return teacher.decide(point.prompt, np.random.default_rng([seed, point.seed, point.tick]))
-
-
-def scripted_reply(point: DecisionPoint) -> str:
-    """The full scripted teacher's reply (`ScriptedLLM`, greedy): an evidence aggregator, in its own format."""
-    think, action = ScriptedLLM().decide(point.prompt)
-    return f"<think>{think}</think>\n{json.dumps(action)}"
-
-
-def hindsight_reply(teacher: FormatOnlyLLM, point: DecisionPoint) -> str:
-    """The format-only teacher's bet on the side the market resolves to: the ceiling at these bets (it reads the
-    drawn outcome, which no prompt shows)."""
-    bet = teacher.bet(point.prompt)
-    if bet is None:  # nothing to bet on (under $20 of cash): the teacher's own reply, a wait
-        return format_teacher_reply(teacher, point, 0)
-    market, amount = bet
-    env = point.env()
-    slot = env.view.market(market).slot
-    return bet_reply(market, "YES" if int(env.state.pm_outcome[0, slot]) == 1 else "NO", amount)
 
 
 @dataclass
@@ -345,13 +328,6 @@ def greedy_replies(model, tokenizer, points: list[DecisionPoint], args: Args) ->
     return score_decision_replies(points, replies)
 
 
-def interval(values: list[float]) -> dict[str, float]:
-    """Mean and normal 95 % interval over points (one value per point)."""
-    mean = statistics.fmean(values)
-    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan")
-    return {"mean": mean, "ci95_low": mean - half, "ci95_high": mean + half, "n": len(values)}
-
-
 def summary(replies: list[DecisionReply]) -> dict[str, float]:
     """The shares and means of one column (one reply per point)."""
     return {"format_valid": statistics.fmean(r.format_valid for r in replies),
@@ -364,7 +340,7 @@ def summary(replies: list[DecisionReply]) -> dict[str, float]:
 def paired(a: list[DecisionReply], b: list[DecisionReply]) -> dict[str, float]:
     """The paired difference of the gain over waiting, a - b, point by point."""
     assert [r.point for r in a] == [r.point for r in b]
-    return interval([x.gain - y.gain for x, y in zip(a, b, strict=True)])
+    return interval([x.gain - y.gain for x, y in zip(a, b, strict=True)]).to_dict()
 
 
 def plot_curve(curves: dict[str, list[dict[str, float]]], path: Path) -> None:
@@ -432,9 +408,9 @@ def main() -> int:
         columns[start]["format-only teacher"] = score_decision_replies(
             points, [(i, format_teacher_reply(teacher, p, args.seed)) for i, p in enumerate(points)])
         columns[start]["scripted teacher"] = score_decision_replies(
-            points, [(i, scripted_reply(p)) for i, p in enumerate(points)])
+            points, [(i, baseline_reply("teacher", p)) for i, p in enumerate(points)])
         columns[start]["hindsight (drawn outcome)"] = score_decision_replies(
-            points, [(i, hindsight_reply(teacher, p)) for i, p in enumerate(points)])
+            points, [(i, baseline_reply("truth", p, fraction=args.fraction)) for i, p in enumerate(points)])
     stage("teachers' replies", t0)
 
     def evaluate_all(column: str) -> None:
@@ -511,7 +487,8 @@ def main() -> int:
                           if "grpo" in variants and main_variant != "grpo" else {})},
             "format_valid": summary(t)["format_valid"],
             "executed": summary(t)["executed"],
-            "columns": {name: {**summary(c), "gain_ci95": interval([r.gain for r in c])} for name, c in cols.items()},
+            "columns": {name: {**summary(c), "gain_ci95": interval([r.gain for r in c]).to_dict()}
+                        for name, c in cols.items()},
         }
         for name, p in sets[str(start)]["paired"].items():
             print(f"  {name}: {p['mean']:+.4f} [{p['ci95_low']:+.4f}, {p['ci95_high']:+.4f}] (n={p['n']})")

@@ -28,7 +28,7 @@ LAYERS = {
     "rollout": 5,
     # cli is the top: it composes everything, the L6 integrations (e.g. serve-local) included.
     "cli": 7, "integrations": 6, "benchmark": 5, "ranking": 6,
-    "rlaif_env": 6, "rollout_generator": 6, "metrics": 3, "report": 6,
+    "rlaif_env": 6, "rollout_generator": 6, "metrics": 3, "report": 6, "evals": 6,
     "__main__": 8,  # python -m rlaif_gym: the command line
 }
 THIRD_PARTY_BY_LAYER = {0: {"pydantic"}, 1: {"numpy", "numba", "pydantic"}}

@@ -6,14 +6,16 @@
     rlaif-gym report runs/before runs/after    # two runs side by side
     rlaif-gym export runs/demo --format grpo --output grpo.jsonl
     rlaif-gym judge runs/demo --mode listwise --base-url http://127.0.0.1:8000/v1 --model judge-model
+    rlaif-gym eval --agent openai --base-url http://127.0.0.1:8000/v1 --model my-model --out runs/eval-after
+    rlaif-gym eval compare runs/eval-before runs/eval-after
     rlaif-gym check
     rlaif-gym bench
     rlaif-gym serve-local          (a real model: SmolLM2-135M on a local llama.cpp server)
     rlaif-gym serve --port 8000    (the text env for OpenEnv clients and trainers: reset/step/state/snapshot/restore)
 
-One module per job: `collect` (rollout, serve-local, serve), `runs` (report, judge, export), `tools`
-(bench, check) and `_common` (what they share). typer and rich (the `[cli]` extra) are imported only
-when the app is built, so that importing this package needs neither.
+One module per job: `collect` (rollout, serve-local, serve), `runs` (report, judge, export), `evals`
+(eval, eval compare), `tools` (bench, check) and `_common` (what they share). typer and rich (the `[cli]`
+extra) are imported only when the app is built, so that importing this package needs neither.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ __all__ = ["AgentKind", "BackendKind", "ConstrainMode", "ExportFormat", "JudgeKi
 def _build_app():
     """The typer app: the module-level commands of `collect`, `runs` and `tools` under one `rlaif-gym`."""
     typer = _require_cli()
-    from . import collect, runs, tools
+    from . import collect, evals, runs, tools
 
     # Plain click help (rich_markup_mode=None): option names are never cut at 80 columns and help text
     # such as "[sb3]" prints as written instead of being read as rich markup.
@@ -62,6 +64,7 @@ def _build_app():
     app.command()(runs.report)
     app.command()(runs.judge)
     app.command()(runs.export)
+    app.add_typer(evals.app, name="eval")
     app.command()(tools.bench)
     app.command()(tools.check)
     return app

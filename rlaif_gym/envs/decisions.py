@@ -19,6 +19,10 @@ A search plays up to `num_ticks` ticks per seed (about 1 ms each), and options t
 all: a caller that serves other people's requests bounds it with `max_ticks_searched`, `deadline` and
 `cancel` (the OpenEnv server does, docs/openenv.md), and gets a `SearchLimitError` past them.
 
+`score_decision_replies(points, replies)` is the one scoring of a reply at a point: played, then clean waits
+to the point's `resolution_horizon`, minus a clean wait's return on the same state (`DecisionReply`). The TRL
+example, `evaluate_decisions` and `rlaif-gym eval` (`rlaif_gym.evals`) all score through it.
+
 This module is layer L4 (envs); it plays the text env and the scripted model, nothing else.
 """
 
@@ -27,7 +31,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -35,14 +39,17 @@ from typing import Any
 import numpy as np
 
 from ..config import RLAIFEnvConfig
+from ..encoding.prompt import system_prompt
+from ..encoding.reply import parse_reply
 from ..errors import ConfigError, SearchCancelled, SearchLimitError
 from ..llm.scripted import ScriptedLLM
+from .core import world_params
 from .inputs import MAX_SEED, check_config, check_int, check_seeds
 from .rlaif_env import EnvSnapshot
 from .text_env import RLAIFTextEnv
 
-__all__ = ["DECISION_WORLD", "HELD_OUT_SEEDS", "TRAIN_SEEDS", "WAIT_REPLY", "DecisionPoint", "decision_points",
-           "evidence_counts"]
+__all__ = ["DECISION_WORLD", "HELD_OUT_SEEDS", "TRAIN_SEEDS", "WAIT_REPLY", "DecisionPoint", "DecisionReply",
+           "decision_messages", "decision_points", "evidence_counts", "score_decision_replies"]
 
 TRAIN_SEEDS = range(0, 1_000_000)
 """Seeds for training sets; the held-out ranges below never overlap them."""
@@ -228,3 +235,99 @@ def _check_bounds(seed: int, searched: int, budget: int | None, deadline: float 
             f"the decision search ran past its deadline after {searched:,} ticks (seed {seed}) without finding the "
             "points asked for: relax the options (a smaller min_evidence, a larger resolves_within), lower "
             "num_ticks, or try another seed", "deadline", searched)
+
+
+# -- one reply at a point, scored ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecisionReply:
+    """One sampled reply at a decision point, and what it was worth.
+
+    Attributes:
+        point: index of its decision point.
+        reply: the decoded reply.
+        format_valid: the reply parsed without a format error.
+        executed: it held an action the world executed.
+        side: +1 if it bought the side the hidden truth favours in the market it bought (p* above the YES
+            price: YES), -1 the other side, 0 for anything else.
+        gain: its return over the horizon minus that of a clean wait (`WAIT_REPLY`) from the same state,
+            under the point's config (over a horizon that reaches the market's resolution, the bet's value at
+            the drawn outcome; over a shorter one with `reward_mark="truth"`, partly its value at p*).
+        outcome_side: +1 if it bought the side the market resolves to (the outcome the world drew, which the
+            feed is written from), -1 the other side, 0 for anything else.
+    """
+
+    point: int
+    reply: str
+    format_valid: bool
+    executed: bool
+    side: int
+    gain: float
+    outcome_side: int = 0
+
+
+def _sides(env: RLAIFTextEnv, action: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(the bet's side against p*'s side of the price, against the drawn outcome): +1 right, -1 wrong, 0 no bet."""
+    if not action or action.get("type") != "buy_prediction":
+        return 0, 0
+    view = env.view.market(str(action.get("market")))
+    if view is None:
+        return 0, 0
+    truth = float(env.state.pm_truth[0, view.slot])
+    favoured = "YES" if truth > view.yes_price else "NO"
+    drawn = "YES" if int(env.state.pm_outcome[0, view.slot]) == 1 else "NO"
+    return (1 if action.get("outcome") == favoured else -1), (1 if action.get("outcome") == drawn else -1)
+
+
+def _horizon_return(point: DecisionPoint, reply: str, ticks: int | None,
+                    ) -> tuple[float, dict[str, Any], tuple[int, int]]:
+    """(return over `ticks` from the point after `reply` (None: its `resolution_horizon`), the first step's info,
+    the reply's sides as `_sides` gives them)."""
+    env = point.env()
+    sides = (0, 0)
+    total = 0.0
+    first: dict[str, Any] = {}
+    for t in range(point.resolution_horizon if ticks is None else ticks):
+        if t == 0:
+            parsed = parse_reply(reply)
+            sides = _sides(env, parsed.action.to_dict() if parsed.action else None)
+        _, reward, terminated, truncated, info = env.step(reply if t == 0 else WAIT_REPLY)
+        total += reward
+        first = first or info
+        if terminated or truncated:
+            break
+    return total, first, sides
+
+
+def score_decision_replies(points: Sequence[DecisionPoint], replies: Sequence[tuple[int, str]], *,
+                           ticks: int | None = None) -> list[DecisionReply]:
+    """Each `(point index, reply)` played at its point and scored against a clean wait on the same state.
+
+    The one scoring of single decisions: `evaluate_decisions` sends a model's sampled replies here, and a
+    scripted policy's replies (a teacher, a baseline) come here directly, so every column of a
+    `decision_table` is scored alike.
+
+    Args:
+        points: the decision points.
+        replies: (index into `points`, the reply text), in any order and number per point.
+        ticks: the horizon: the reply's tick, then a clean wait for the rest; None (the default) plays each
+            point to its `resolution_horizon`, so every bet is paid at the outcome the world drew.
+    """
+    waits: dict[int, float] = {}
+    out = []
+    for i, reply in replies:
+        if i not in waits:
+            waits[i] = _horizon_return(points[i], WAIT_REPLY, ticks)[0]
+        ret, info, (side, outcome_side) = _horizon_return(points[i], reply, ticks)
+        executed = info["parsed_action"] is not None and bool(info["feedback"]["success"])
+        out.append(DecisionReply(i, reply, not info["format_errors"], executed, side if executed else 0,
+                                 ret - waits[i], outcome_side if executed else 0))
+    return out
+
+
+def decision_messages(point: DecisionPoint) -> list[dict[str, str]]:
+    """The chat messages a model answers at `point`: the text env's system prompt (of the point's prompt style)
+    and the point's prompt."""
+    return [{"role": "system", "content": system_prompt(world_params(point.config), point.config.prompt_style)},
+            {"role": "user", "content": point.prompt}]

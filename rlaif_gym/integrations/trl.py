@@ -53,10 +53,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import sim
 from ..config import RLAIFEnvConfig
-from ..encoding.prompt import system_prompt
-from ..encoding.reply import parse_reply
-from ..envs.core import world_params
-from ..envs.decisions import WAIT_REPLY, DecisionPoint
+from ..envs.decisions import (
+    WAIT_REPLY,
+    DecisionPoint,
+    DecisionReply,
+    decision_messages,
+    score_decision_replies,
+)
 from ..envs.inputs import check_config, check_items, check_seed, check_seeds, check_snapshot, check_ticks
 from ..envs.rlaif_env import EnvSnapshot
 from ..envs.text_env import RLAIFTextEnv
@@ -596,99 +599,6 @@ def episode_metrics(results: Sequence[EpisodeResult]) -> dict[str, float]:
 
 
 # -- single decisions, evaluated -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DecisionReply:
-    """One sampled reply at a decision point, and what it was worth.
-
-    Attributes:
-        point: index of its decision point.
-        reply: the decoded reply.
-        format_valid: the reply parsed without a format error.
-        executed: it held an action the world executed.
-        side: +1 if it bought the side the hidden truth favours in the market it bought (p* above the YES
-            price: YES), -1 the other side, 0 for anything else.
-        gain: its return over the horizon minus that of a clean wait (`WAIT_REPLY`) from the same state,
-            under the point's config (over a horizon that reaches the market's resolution, the bet's value at
-            the drawn outcome; over a shorter one with `reward_mark="truth"`, partly its value at p*).
-        outcome_side: +1 if it bought the side the market resolves to (the outcome the world drew, which the
-            feed is written from), -1 the other side, 0 for anything else.
-    """
-
-    point: int
-    reply: str
-    format_valid: bool
-    executed: bool
-    side: int
-    gain: float
-    outcome_side: int = 0
-
-
-def _sides(env: RLAIFTextEnv, action: Mapping[str, Any] | None) -> tuple[int, int]:
-    """(the bet's side against p*'s side of the price, against the drawn outcome): +1 right, -1 wrong, 0 no bet."""
-    if not action or action.get("type") != "buy_prediction":
-        return 0, 0
-    view = env.view.market(str(action.get("market")))
-    if view is None:
-        return 0, 0
-    truth = float(env.state.pm_truth[0, view.slot])
-    favoured = "YES" if truth > view.yes_price else "NO"
-    drawn = "YES" if int(env.state.pm_outcome[0, view.slot]) == 1 else "NO"
-    return (1 if action.get("outcome") == favoured else -1), (1 if action.get("outcome") == drawn else -1)
-
-
-def _horizon_return(point: DecisionPoint, reply: str, ticks: int | None,
-                    ) -> tuple[float, dict[str, Any], tuple[int, int]]:
-    """(return over `ticks` from the point after `reply` (None: its `resolution_horizon`), the first step's info,
-    the reply's sides as `_sides` gives them)."""
-    env = point.env()
-    sides = (0, 0)
-    total = 0.0
-    first: dict[str, Any] = {}
-    for t in range(point.resolution_horizon if ticks is None else ticks):
-        if t == 0:
-            parsed = parse_reply(reply)
-            sides = _sides(env, parsed.action.to_dict() if parsed.action else None)
-        _, reward, terminated, truncated, info = env.step(reply if t == 0 else WAIT_REPLY)
-        total += reward
-        first = first or info
-        if terminated or truncated:
-            break
-    return total, first, sides
-
-
-def score_decision_replies(points: Sequence[DecisionPoint], replies: Sequence[tuple[int, str]], *,
-                           ticks: int | None = None) -> list[DecisionReply]:
-    """Each `(point index, reply)` played at its point and scored against a clean wait on the same state.
-
-    The one scoring of single decisions: `evaluate_decisions` sends a model's sampled replies here, and a
-    scripted policy's replies (a teacher, a baseline) come here directly, so every column of a
-    `decision_table` is scored alike.
-
-    Args:
-        points: the decision points.
-        replies: (index into `points`, the reply text), in any order and number per point.
-        ticks: the horizon: the reply's tick, then a clean wait for the rest; None (the default) plays each
-            point to its `resolution_horizon`, so every bet is paid at the outcome the world drew.
-    """
-    waits: dict[int, float] = {}
-    out = []
-    for i, reply in replies:
-        if i not in waits:
-            waits[i] = _horizon_return(points[i], WAIT_REPLY, ticks)[0]
-        ret, info, (side, outcome_side) = _horizon_return(points[i], reply, ticks)
-        executed = info["parsed_action"] is not None and bool(info["feedback"]["success"])
-        out.append(DecisionReply(i, reply, not info["format_errors"], executed, side if executed else 0,
-                                 ret - waits[i], outcome_side if executed else 0))
-    return out
-
-
-def decision_messages(point: DecisionPoint) -> list[dict[str, str]]:
-    """The chat messages a model answers at `point`: the text env's system prompt (of the point's prompt style)
-    and the point's prompt."""
-    return [{"role": "system", "content": system_prompt(world_params(point.config), point.config.prompt_style)},
-            {"role": "user", "content": point.prompt}]
 
 
 def evaluate_decisions(points: Sequence[DecisionPoint], generate: TokenGenerator, tokenizer: PreTrainedTokenizerBase,

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import pytest
+
 from rlaif_gym.llm import ScriptedLLM
 from rlaif_gym.rollout import call_seed
 
@@ -37,6 +39,7 @@ __all__ = [
     "call_key",
     "episode_seeds",
     "fake_logprobs",
+    "fake_server",
     "scripted_reply",
 ]
 
@@ -382,3 +385,15 @@ class _Handler(BaseHTTPRequestHandler):
             rec.status = 200
             rec.response = owner.completion(body)
             self._send(200, json.dumps(rec.response).encode())
+
+
+@pytest.fixture
+def fake_server():
+    """A started `FakeOpenAIServer` with no faults; set `fake_server.faults` in the test (a conftest imports this
+    fixture to offer it)."""
+    server = FakeOpenAIServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert not server.handler_errors, f"the fake server itself raised: {server.handler_errors}"
