@@ -180,3 +180,19 @@ def test_bad_sets_are_refused_with_the_fix():
     assert decision_set(seeds=5, points=3, allow_train_seeds=True).first_seed == 5
     with pytest.raises(ConfigError):
         decision_set(overrides={"num_markets": -1})
+
+
+def test_the_api_key_reaches_the_server_and_no_file_of_the_eval(fake_server, tmp_path, monkeypatch):
+    """The key goes out as the Bearer token and nowhere else: a server that echoes it in its error messages (some
+    gateways do) leaves it in no file of the run folder."""
+    secret = "sk-eval-" + "7" * 40
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    fake_server.faults = [Fault("status", status=401, message="Incorrect API key provided: {authorization}",
+                                match=lambda body: body.get("seed") % 2 == 0)]
+    agent = OpenAIChatAgent("fake", fake_server.base_url, temperature=0.0, logprobs=False, max_retries=0)
+    result = run_decision_eval(agent, decision_set(points=8), tmp_path / "keyed", command=["k"], preflight=False)
+    assert result.scorecard["calls"]["failed"] > 0  # the echoing errors were recorded
+    sent = {r.headers.get("authorization") or r.headers.get("Authorization") for r in fake_server.chat_requests()}
+    assert sent == {f"Bearer {secret}"}
+    for path in result.out.iterdir():
+        assert secret not in path.read_text() and secret[8:30] not in path.read_text(), path.name
