@@ -196,3 +196,16 @@ def test_the_api_key_reaches_the_server_and_no_file_of_the_eval(fake_server, tmp
     assert sent == {f"Bearer {secret}"}
     for path in result.out.iterdir():
         assert secret not in path.read_text() and secret[8:30] not in path.read_text(), path.name
+
+
+def test_several_samples_per_point_count_once_in_every_interval(tmp_path):
+    """--samples 3 at a temperature: three seeded calls per point, each point's metric their mean, n = points."""
+    dset = decision_set(points=10)
+    result = run_decision_eval(ScriptedLLMAgent(temperature=1.0), dset, tmp_path / "s3", samples=3, command=["s"])
+    replies = [json.loads(line) for line in (result.out / "replies.jsonl").read_text().splitlines()]
+    assert sorted((r["point"], r["sample"]) for r in replies) == [(p, k) for p in range(10) for k in range(3)]
+    assert len({r["call"]["seed"] for r in replies}) == 30  # every call its own sampling seed
+    rows = _rows(result.scorecard)
+    assert all(rows[(p, m)]["n"] == 10 for p in ("model", "teacher") for m in METRICS)
+    again = run_decision_eval(ScriptedLLMAgent(temperature=1.0), dset, tmp_path / "s3b", samples=3, command=["s"])
+    assert (again.out / "scorecard.json").read_bytes() == (result.out / "scorecard.json").read_bytes()
