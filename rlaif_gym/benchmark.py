@@ -7,7 +7,6 @@ for a fixed time budget and reports the median of `repeats` windows.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import statistics
@@ -252,8 +251,7 @@ def bench_text_overhead(ticks: int = 40, number: int = 50) -> dict[str, float]:
     # prompts, more names for the judge to check) and cost more than the first ones.
     every = max(1, env.params.num_ticks // ticks)
     for t in range(env.params.num_ticks):
-        think, action = llm.decide(prompt)
-        reply = f"<think>{think}</think>\n{json.dumps(action)}"
+        reply = llm.reply(prompt)
         view = env.view
         before = EnvironmentState(  # as the collector records the account before the tick
             agent_balance=info["equity"], agent_pnl=info["equity"] - env.config.starting_cash,

@@ -28,7 +28,6 @@ This module is layer L4 (envs); it plays the text env and the scripted model, no
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -133,11 +132,6 @@ def _qualifying(env: RLAIFTextEnv, resolves_within: int, min_evidence: int) -> t
     return tuple(sorted(found, key=lambda x: (-x[2], x[1], x[0])))
 
 
-def _reply(model: ScriptedLLM, prompt: str) -> str:
-    think, action = model.decide(prompt)
-    return f"<think>{think}</think>\n{json.dumps(action)}"
-
-
 def decision_points(seeds: Iterable[int], config: RLAIFEnvConfig | Mapping[str, Any] | None = None, *,
                     resolves_within: int = 12, min_evidence: int = 1, min_tick: int = 2, per_seed: int = 1,
                     horizon: int = 1, max_ticks_searched: int | None = None, deadline: float | None = None,
@@ -210,7 +204,7 @@ def decision_points(seeds: Iterable[int], config: RLAIFEnvConfig | Mapping[str, 
                     if taken == len(starts):
                         break
             _check_bounds(seed, searched, budget, deadline, cancel)
-            reply = _reply(model, prompt)
+            reply = model.reply(prompt)
             prompt, _, terminated, truncated, _ = env.step(reply)
             replies.append(reply)
             searched += 1

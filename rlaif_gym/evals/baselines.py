@@ -14,8 +14,6 @@ Layer L6 (evals): reads the text env's view and hidden state through `rlaif_gym.
 
 from __future__ import annotations
 
-import json
-
 from ..envs.decisions import WAIT_REPLY, DecisionPoint
 from ..llm.format_teacher import FormatOnlyLLM, bet_reply
 from ..llm.scripted import ScriptedLLM
@@ -59,8 +57,7 @@ def baseline_reply(name: str, point: DecisionPoint, *, fraction: float = BET_FRA
     if name == "wait":
         return WAIT_REPLY
     if name == "teacher":
-        think, action = ScriptedLLM().decide(point.prompt)
-        return f"<think>{think}</think>\n{json.dumps(action)}"
+        return ScriptedLLM().reply(point.prompt)
     if name == "informed":
         return _bet_side(point, _evidence_side(point), fraction)
     if name == "truth":

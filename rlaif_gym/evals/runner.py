@@ -82,16 +82,21 @@ def _read_replies(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
 def _prepare(out: Path, meta: dict[str, Any], resume: bool, overwrite: bool) -> None:
     """Refuse to mix runs: a folder with another eval needs `resume` (same eval.json) or `overwrite`."""
     meta_path = out / "eval.json"
-    if meta_path.exists() and not overwrite:
+    started = meta_path.exists() and bool(_read_replies(out / "replies.jsonl"))  # a refused preflight left none
+    if started and not overwrite:
         if not resume:
             raise ConfigError(f"{out} already holds an eval; pass --resume to finish it or --overwrite to start over")
-        before = json.loads(meta_path.read_text())
+        try:
+            before = json.loads(meta_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ConfigError(f"--resume: {out}/eval.json is not an eval's settings ({exc}); pass --overwrite to "
+                              "start over") from None
         if before != meta:
             changed = sorted(k for k in meta.keys() | before.keys() if meta.get(k) != before.get(k))
             raise ConfigError(f"--resume: {out} holds an eval of other settings ({', '.join(changed)} differ); use "
                               "the same options, or another --out")
         return
-    if overwrite:
+    if overwrite or meta_path.exists():  # (without replies: nothing of it is lost)
         for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)

@@ -144,12 +144,17 @@ def _read_values(run: Path) -> tuple[dict[str, Any], dict[int, dict[str, float]]
     if not card_path.is_file() or not values_path.is_file():
         raise ConfigError(f"{run} holds no finished eval (scorecard.json and points.jsonl); run rlaif-gym eval "
                           f"--out {run} first")
-    card = json.loads(card_path.read_text())
-    model: dict[int, dict[str, float]] = {}
-    for line in values_path.read_text().splitlines():
-        row = json.loads(line)
-        if row.get("policy") == "model":
-            model[int(row["point"])] = {m: float(row[m]) for m in METRICS}
+    try:
+        card = json.loads(card_path.read_text(encoding="utf-8"))
+        _ = (card["set"]["digest"], card["set"]["name"], card["model"])  # what compare reads
+        model: dict[int, dict[str, float]] = {}
+        for line in values_path.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if row.get("policy") == "model":
+                model[int(row["point"])] = {m: float(row[m]) for m in METRICS}
+    except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise ConfigError(f"{run}: scorecard.json or points.jsonl is not an eval's ({type(exc).__name__}: {exc}); "
+                          f"run rlaif-gym eval --out {run} --overwrite to write it again") from None
     return card, model
 
 

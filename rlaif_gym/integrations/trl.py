@@ -839,11 +839,8 @@ def decision_sft_records(points: Iterable[DecisionPoint]) -> list[dict[str, Any]
     model = ScriptedLLM()
     records = []
     for point in points:
-        think, action = model.decide(point.prompt)
-        records.append({"messages": [
-            *decision_messages(point),
-            {"role": "assistant", "content": f"<think>{think}</think>\n{json.dumps(action)}"},
-        ], "seed": point.seed, "tick": point.tick})
+        reply = {"role": "assistant", "content": model.reply(point.prompt)}
+        records.append({"messages": [*decision_messages(point), reply], "seed": point.seed, "tick": point.tick})
     return records
 
 

@@ -198,8 +198,7 @@ class RLAIFTasksetConfig(vf.TasksetConfig):
 
 
 def _scripted_reply(prompt: str) -> str:
-    think, action = _SCRIPTED.decide(prompt)
-    return f"<think>{think}</think>\n{json.dumps(action)}"
+    return _SCRIPTED.reply(prompt)
 
 
 class RLAIFTaskset(vf.Taskset[RLAIFTask, RLAIFTasksetConfig]):

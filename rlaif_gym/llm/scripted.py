@@ -89,8 +89,13 @@ class ScriptedLLM:
             await asyncio.sleep(self.latency_s + self.jitter_s * rng.random())
         prompt = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
         explore = (params.temperature or 0.0) > 0
-        think, action = self.decide(prompt, rng if explore else None)
-        return offline_completion(f"<think>{think}</think>\n{json.dumps(action)}", messages, self.model)
+        return offline_completion(self.reply(prompt, rng if explore else None), messages, self.model)
+
+    def reply(self, prompt: str, rng: np.random.Generator | None = None) -> str:
+        """The reply text to one prompt, in the canonical layout: `<think>reasoning</think>` then the JSON action
+        (what `complete` answers; `rng` adds exploration, None is fully greedy)."""
+        think, action = self.decide(prompt, rng)
+        return f"<think>{think}</think>\n{json.dumps(action)}"
 
     def decide(self, prompt: str, rng: np.random.Generator | None = None) -> tuple[str, dict[str, Any]]:
         """(reasoning, action) for one prompt. `rng` adds exploration; None is fully greedy."""

@@ -101,7 +101,8 @@ def test_the_same_eval_writes_the_same_scorecard_bytes(tmp_path):
         run_decision_eval(ScriptedLLMAgent(temperature=0.0), dset, tmp_path / name, command=["same"])
     assert (tmp_path / "a" / "scorecard.json").read_bytes() == (tmp_path / "b" / "scorecard.json").read_bytes()
     assert (tmp_path / "a" / "points.jsonl").read_bytes() == (tmp_path / "b" / "points.jsonl").read_bytes()
-    json.loads((tmp_path / "a" / "timing.json").read_text())["wall_s"]  # the timings live apart
+    assert json.loads((tmp_path / "a" / "timing.json").read_text())["wall_s"] > 0  # the timings live apart
+    assert "wall_s" not in (tmp_path / "a" / "scorecard.json").read_text()
 
 
 def test_an_interrupted_eval_resumes_calling_only_what_is_missing(tmp_path):
@@ -134,6 +135,9 @@ def test_compare_pairs_two_runs_on_the_states_they_share(tmp_path, scripted_eval
     other = run_decision_eval(ScriptedLLMAgent(temperature=0.0), decision_set("decisions-v1/held-out-b", points=5),
                               tmp_path / "other", command=["w"])
     with pytest.raises(ConfigError, match="different states"):
+        compare_runs(scripted_eval.out, other.out)
+    (other.out / "scorecard.json").write_text('{"set": ')  # a torn file: a typed error naming the fix
+    with pytest.raises(ConfigError, match="--overwrite"):
         compare_runs(scripted_eval.out, other.out)
 
 
@@ -170,6 +174,9 @@ def test_an_unreachable_server_stops_the_eval_before_it_records_anything(tmp_pat
     with pytest.raises(ConfigError, match=r"did not answer.*--base-url"):
         run_decision_eval(agent, decision_set(points=3), tmp_path / "down", command=["d"])
     assert (tmp_path / "down" / "replies.jsonl").read_text() == ""
+    # Nothing was recorded, so the fixed command needs no --overwrite.
+    fixed = run_decision_eval(ScriptedLLMAgent(temperature=0.0), decision_set(points=3), tmp_path / "down")
+    assert fixed.scorecard["calls"]["calls"] == 3
 
 
 def test_bad_sets_are_refused_with_the_fix():
