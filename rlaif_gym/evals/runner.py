@@ -206,10 +206,12 @@ def run_decision_eval(agent: Any, dset: DecisionSet, out: Path | str, *, samples
                           preflight=preflight))
         calls_s = time.perf_counter() - calls_started
     rows = [done[key] for key in sorted(done)]
-    values = {"model": point_values(score_decision_replies(points, [(r["point"], r["reply"]) for r in rows]))}
-    for name in BASELINES:
-        values[name] = point_values(score_decision_replies(points, [(i, baseline_reply(name, p))
-                                                                    for i, p in enumerate(points)]))
+    # Every policy's replies in one call, so each point's clean wait is played once for all of them.
+    named = [("model", r["point"], r["reply"]) for r in rows]
+    named += [(name, i, baseline_reply(name, p)) for name in BASELINES for i, p in enumerate(points)]
+    scored = score_decision_replies(points, [(i, reply) for _, i, reply in named])
+    values = {name: point_values([r for (policy, _, _), r in zip(named, scored, strict=True) if policy == name])
+              for name in ("model", *BASELINES)}
     stats, latencies = _call_stats(rows)
     card = build_scorecard(values, meta={**meta, "calls": stats, "command": list(command)})
     _write(out / "points.jsonl", "".join(
