@@ -174,14 +174,15 @@ def _mib(mib: float) -> int:
 
 
 def _judge_client(base_url: str | None, model: str | None, timeout: float, max_retries: int,
-                  max_response_bytes: int | None = None):
+                  max_response_bytes: int | None = None, extra_body: dict | None = None):
     """An OpenAI-compatible client for the LLM judge (the key comes from $OPENAI_API_KEY, never recorded)."""
     from ..llm import OpenAIChatClient
 
     _require_openai("the LLM judge")
     bound = {} if max_response_bytes is None else {"max_response_bytes": max_response_bytes}
     try:
-        return OpenAIChatClient(model, base_url, timeout=timeout, max_retries=max_retries, **bound)
+        return OpenAIChatClient(model, base_url, timeout=timeout, max_retries=max_retries, extra_body=extra_body,
+                                **bound)
     except ValueError as exc:
         raise ConfigError(f"the LLM judge needs a model: {exc} (for rollout: --judge-model, or --model)") from None
 

@@ -75,7 +75,7 @@ def _report_table(runs):
 
 
 def report(
-    directory: Path = typer.Argument(..., help="a run directory written by rollout"),
+    directory: Path = typer.Argument(..., help="a run directory written by rollout, or an eval's folder"),
     compare: Path = typer.Argument(None, metavar="RUN_B", help="a second run to put side by side with the "
                                    "first (e.g. before and after training)"),
     out: Path = typer.Option(None, file_okay=False, help="where to write the plots, report.html and metrics.json "
@@ -84,10 +84,20 @@ def report(
                                    "run's seeds"),
     plots: bool = typer.Option(True, help="write the PNG plots and report.html (needs the plots extra)"),
 ):
-    """Metrics of a run (or two side by side): a summary table here, PNG plots and one HTML page on disk."""
+    """Metrics of a run (or two side by side): a summary table here, PNG plots and one HTML page on disk. An eval's
+    folder (rlaif-gym eval --out) gets its scorecard page instead: the intervals' plot and the tables."""
     from ..report import analyze_run, headline, load_run, require_report_extra, write_report
 
     console = _console()
+    if (directory / "scorecard.json").is_file() and compare is None:
+        from ..report.scorecard import write_scorecard_report
+
+        files = write_scorecard_report(directory, out)
+        console.print(_outside((directory / "scorecard.md").read_text(encoding="utf-8")), highlight=False,
+                      soft_wrap=True)
+        console.print(_outside(f"wrote {files.plot.name} and {files.html.name} to {files.html.parent} (open "
+                               f"{files.html})"), highlight=False, soft_wrap=True)
+        return
     dirs = [directory] if compare is None else [directory, compare]
     names = [d.resolve().name or str(d) for d in dirs]
     if len(dirs) == 2:

@@ -15,10 +15,11 @@ Layer L6 (evals): reads the text env's view and hidden state through `rlaif_gym.
 from __future__ import annotations
 
 from ..envs.decisions import WAIT_REPLY, DecisionPoint
+from ..envs.text_env import RLAIFTextEnv
 from ..llm.format_teacher import FormatOnlyLLM, bet_reply
 from ..llm.scripted import ScriptedLLM
 
-__all__ = ["BASELINES", "baseline_reply"]
+__all__ = ["BASELINES", "baseline_reply", "reply_at"]
 
 BASELINES = ("wait", "teacher", "informed", "truth")
 """The baselines' names, in a scorecard's order."""
@@ -26,40 +27,47 @@ BET_FRACTION = 0.05
 """The share of cash the informed and truth bets stake."""
 
 
-def _bet_side(point: DecisionPoint, side: str | None, fraction: float) -> str:
-    """The format-only teacher's bet at `point` on `side` ("YES"/"NO"), or the clean wait (no side, nothing to bet)."""
-    bet = FormatOnlyLLM(fraction=fraction).bet(point.prompt)
+def _bet_side(prompt: str, side: str | None, fraction: float) -> str:
+    """The format-only teacher's bet on `side` ("YES"/"NO") at `prompt`, or the clean wait (no side, nothing to
+    bet)."""
+    bet = FormatOnlyLLM(fraction=fraction).bet(prompt)
     return WAIT_REPLY if bet is None or side is None else bet_reply(bet[0], side, bet[1])
 
 
-def _evidence_side(point: DecisionPoint) -> str | None:
+def _evidence_side(prompt: str, env: RLAIFTextEnv) -> str | None:
     """The side the shown feed items naming the bet's market point to, or None on a tie (or no bet)."""
-    bet = FormatOnlyLLM(fraction=BET_FRACTION).bet(point.prompt)
+    bet = FormatOnlyLLM(fraction=BET_FRACTION).bet(prompt)
     if bet is None:
         return None
-    view = point.env().shown_view
+    view = env.shown_view
     score = sum(item.direction for item in (*view.news, *view.tips, *view.posts) if item.subject == bet[0])
     return "YES" if score > 0 else "NO" if score < 0 else None
 
 
-def _outcome_side(point: DecisionPoint) -> str | None:
+def _outcome_side(prompt: str, env: RLAIFTextEnv) -> str | None:
     """The side the bet's market resolves to (the hidden drawn outcome), or None when there is no bet."""
-    bet = FormatOnlyLLM(fraction=BET_FRACTION).bet(point.prompt)
-    if bet is None:
+    bet = FormatOnlyLLM(fraction=BET_FRACTION).bet(prompt)
+    market = None if bet is None else env.view.market(bet[0])
+    if market is None:
         return None
-    env = point.env()
-    return "YES" if int(env.state.pm_outcome[0, env.view.market(bet[0]).slot]) == 1 else "NO"
+    return "YES" if int(env.state.pm_outcome[0, market.slot]) == 1 else "NO"
+
+
+def reply_at(name: str, prompt: str, env: RLAIFTextEnv, *, fraction: float = BET_FRACTION) -> str:
+    """The reply baseline `name` (one of `BASELINES`) gives to `prompt`, the prompt `env` shows now (the informed
+    and truth bets read the env's view and hidden state; they stake `fraction` of cash)."""
+    if name == "wait":
+        return WAIT_REPLY
+    if name == "teacher":
+        return ScriptedLLM().reply(prompt)
+    if name == "informed":
+        return _bet_side(prompt, _evidence_side(prompt, env), fraction)
+    if name == "truth":
+        return _bet_side(prompt, _outcome_side(prompt, env), fraction)
+    raise ValueError(f"unknown baseline {name!r}; the baselines are {', '.join(BASELINES)}")
 
 
 def baseline_reply(name: str, point: DecisionPoint, *, fraction: float = BET_FRACTION) -> str:
     """The reply baseline `name` (one of `BASELINES`) gives at `point`; the informed and truth bets stake `fraction`
     of cash."""
-    if name == "wait":
-        return WAIT_REPLY
-    if name == "teacher":
-        return ScriptedLLM().reply(point.prompt)
-    if name == "informed":
-        return _bet_side(point, _evidence_side(point), fraction)
-    if name == "truth":
-        return _bet_side(point, _outcome_side(point), fraction)
-    raise ValueError(f"unknown baseline {name!r}; the baselines are {', '.join(BASELINES)}")
+    return reply_at(name, point.prompt, point.env(), fraction=fraction)

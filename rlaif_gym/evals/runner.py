@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,23 +37,33 @@ from ..errors import ConfigError
 from ..llm.types import LLMError
 from ..storage._files import atomic_write_bytes
 from .baselines import BASELINES, baseline_reply
-from .scorecard import build_scorecard, point_values, scorecard_markdown
+from .scorecard import METRICS, build_scorecard, point_values, scorecard_markdown
 from .sets import DecisionSet
 
 __all__ = ["EvalResult", "run_decision_eval"]
 
 RUN_FILES = ("eval.json", "replies.jsonl", "points.jsonl", "scorecard.json", "scorecard.md", "timing.json")
-"""What an eval writes into its folder (and `overwrite` deletes: nothing else)."""
+"""What an eval writes into its folder (and `overwrite` deletes, with `RUN_DIRS`: nothing else)."""
+RUN_DIRS = ("episodes", "judge")
+"""The folders an eval writes: the model's episodes (an episode set) and the judge validation (`--judge`)."""
 
 
 @dataclass(frozen=True)
 class EvalResult:
-    """A finished eval: the scorecard (as written), its Markdown, the timings and the folder."""
+    """A finished eval: the scorecard (as written), its Markdown, the timings and the folder; the set's points and the
+    model's replies (the lines of `replies.jsonl`, by point and sample)."""
 
     scorecard: dict[str, Any]
     markdown: str
     timing: dict[str, Any]
     out: Path
+    points: tuple[DecisionPoint, ...] = ()
+    replies: tuple[dict[str, Any], ...] = ()
+
+    def first_replies(self) -> list[str]:
+        """The model's first sample at each point (a failed call: the empty reply it is scored as)."""
+        first = {r["point"]: r["reply"] for r in self.replies if r["sample"] == 0}
+        return [first[i] for i in range(len(self.points))]
 
 
 def _write(path: Path, text: str) -> None:
@@ -79,10 +90,13 @@ def _read_replies(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
     return done
 
 
-def _prepare(out: Path, meta: dict[str, Any], resume: bool, overwrite: bool) -> None:
-    """Refuse to mix runs: a folder with another eval needs `resume` (same eval.json) or `overwrite`."""
+def _prepare(out: Path, meta: dict[str, Any], resume: bool, overwrite: bool, started: bool | None = None) -> None:
+    """Refuse to mix runs: a folder with another eval needs `resume` (same eval.json) or `overwrite`. `started`:
+    whether the folder holds any of the model's work (default: a reply in replies.jsonl)."""
     meta_path = out / "eval.json"
-    started = meta_path.exists() and bool(_read_replies(out / "replies.jsonl"))  # a refused preflight left none
+    if started is None:
+        started = bool(_read_replies(out / "replies.jsonl"))  # a refused preflight left none
+    started = started and meta_path.exists()
     if started and not overwrite:
         if not resume:
             raise ConfigError(f"{out} already holds an eval; pass --resume to finish it or --overwrite to start over")
@@ -99,6 +113,8 @@ def _prepare(out: Path, meta: dict[str, Any], resume: bool, overwrite: bool) -> 
     if overwrite or meta_path.exists():  # (without replies: nothing of it is lost)
         for name in RUN_FILES:
             (out / name).unlink(missing_ok=True)
+        for name in RUN_DIRS:
+            shutil.rmtree(out / name, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
     _write(meta_path, json.dumps(meta, sort_keys=True, indent=1))
 
@@ -213,9 +229,19 @@ def run_decision_eval(agent: Any, dset: DecisionSet, out: Path | str, *, samples
     values = {name: point_values([r for (policy, _, _), r in zip(named, scored, strict=True) if policy == name])
               for name in ("model", *BASELINES)}
     stats, latencies = _call_stats(rows)
-    card = build_scorecard(values, meta={**meta, "calls": stats, "command": list(command)})
+    card, markdown, timing = _finish(out, values, [p.seed for p in points], {**meta, "calls": stats},
+                                     command=command, metrics=METRICS, started=started, calls_s=calls_s,
+                                     latencies=latencies)
+    return EvalResult(card, markdown, timing, out, tuple(points), tuple(rows))
+
+
+def _finish(out: Path, values: Mapping[str, Mapping[int, Mapping[str, float]]], seeds: Sequence[int],
+            meta: Mapping[str, Any], *, command: Sequence[str], metrics: Sequence[str], started: float,
+            calls_s: float, latencies: Sequence[float]) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """Write points.jsonl, scorecard.json, timing.json and scorecard.md; return (scorecard, Markdown, timing)."""
+    card = build_scorecard(values, meta={**meta, "command": list(command)}, metrics=metrics)
     _write(out / "points.jsonl", "".join(
-        json.dumps({"policy": name, "point": p, "seed": points[p].seed, **v}, sort_keys=True) + "\n"
+        json.dumps({"policy": name, "point": p, "seed": seeds[p], **v}, sort_keys=True) + "\n"
         for name, per_point in values.items() for p, v in per_point.items()))
     _write(out / "scorecard.json", json.dumps(card, sort_keys=True, indent=1) + "\n")
     timing = {"wall_s": time.perf_counter() - started, "calls_s": calls_s,
@@ -225,4 +251,4 @@ def run_decision_eval(agent: Any, dset: DecisionSet, out: Path | str, *, samples
     _write(out / "timing.json", json.dumps(timing, indent=1) + "\n")
     markdown = scorecard_markdown(card, timing)
     _write(out / "scorecard.md", markdown + "\n")
-    return EvalResult(card, markdown, timing, out)
+    return card, markdown, timing

@@ -13,6 +13,10 @@ The metrics (docs/eval.md defines each):
 * `executed`: 1 if the world executed the reply's action.
 * `right_minus_wrong`: +1 for a bet on the side its market resolves to, -1 for the other side, 0 for no bet.
 
+On an episode set a "point" is an episode, and the metrics (`EPISODE_METRICS`) are `pnl` (final equity minus the
+starting cash, USD), `return` (the episode's summed reward) and the shares of its ticks whose reply was
+format-valid and whose action executed.
+
 `scorecard.json` is written with sorted keys and no timings, so the same replies give the same bytes; the
 timings go to `timing.json` and the Markdown table.
 
@@ -33,15 +37,17 @@ from .._version import __version__
 from ..envs.decisions import DecisionReply
 from ..errors import ConfigError
 
-__all__ = ["METRICS", "SCORECARD_SCHEMA", "Interval", "build_scorecard", "compare_runs", "interval",
-           "point_values", "scorecard_markdown"]
+__all__ = ["EPISODE_METRICS", "METRICS", "SCORECARD_SCHEMA", "Interval", "build_scorecard", "compare_runs",
+           "interval", "point_values", "scorecard_markdown"]
 
 SCORECARD_SCHEMA = "rlaif-gym.scorecard/1"
 """The version of `scorecard.json`'s layout (docs/eval.md); bumped when a field changes meaning."""
 METRICS = ("gain_over_wait", "format_valid", "executed", "right_minus_wrong")
 """The decision-point metrics, in a scorecard's order."""
+EPISODE_METRICS = ("pnl", "return", "format_valid", "executed")
+"""The whole-episode metrics, in a scorecard's order."""
 _FORMATS = {"gain_over_wait": "{:+.4f}", "format_valid": "{:.0%}", "executed": "{:.0%}",
-            "right_minus_wrong": "{:+.2f}"}
+            "right_minus_wrong": "{:+.2f}", "pnl": "{:+,.0f}", "return": "{:+.3f}"}
 
 
 @dataclass(frozen=True)
@@ -89,14 +95,15 @@ def _paired(a: Mapping[int, Mapping[str, float]], b: Mapping[int, Mapping[str, f
 
 
 def build_scorecard(values: Mapping[str, Mapping[int, Mapping[str, float]]], *, meta: Mapping[str, Any],
-                    reference: str = "model") -> dict[str, Any]:
-    """The scorecard of `values` (policy -> `point_values`): `rows`, one per policy and metric; `paired`, one per
-    other policy and metric, of `reference` minus it; and `meta` (set, model, sampling, calls, command, ...)."""
+                    reference: str = "model", metrics: Sequence[str] = METRICS) -> dict[str, Any]:
+    """The scorecard of `values` (policy -> point -> metric -> value, e.g. `point_values`): `rows`, one per policy
+    and metric; `paired`, one per other policy and metric, of `reference` minus it; and `meta` (set, model,
+    sampling, calls, command, ...)."""
     rows = [{"policy": name, "metric": m, **interval([v[m] for v in per_point.values()]).to_dict()}
-            for name, per_point in values.items() for m in METRICS]
+            for name, per_point in values.items() for m in metrics]
     paired = [{"policy": reference, "baseline": name, "metric": m,
                **_paired(values[reference], per_point, m).to_dict()}
-              for name, per_point in values.items() if name != reference and reference in values for m in METRICS]
+              for name, per_point in values.items() if name != reference and reference in values for m in metrics]
     return {"schema": SCORECARD_SCHEMA, "package_version": __version__, **meta, "rows": rows, "paired": paired}
 
 
@@ -114,22 +121,24 @@ def scorecard_markdown(card: Mapping[str, Any], timing: Mapping[str, Any] | None
     """The scorecard as a Markdown table a person can paste: one column per policy, then the model's paired
     differences from each baseline."""
     policies = list(dict.fromkeys(r["policy"] for r in card["rows"]))
+    metrics = _metrics(card)
     cell = {(r["policy"], r["metric"]): r for r in card["rows"]}
     s = card["set"]
-    lines = [f"**{s['name']}** ({s['points']} decision points, seeds from {s['first_seed']:,}; digest "
-             f"`{s['digest'][:19]}`); model `{card['model'].get('model') or card['model'].get('name')}`, "
-             f"{card['samples']} sample(s) per point, temperature {card['sampling'].get('temperature')}", "",
+    unit = "point" if s.get("kind", "decision points") == "decision points" else "episode"
+    lines = [f"**{s['name']}** ({s['points']} {s.get('kind', 'decision points')}, seeds from {s['first_seed']:,}; "
+             f"digest `{s['digest'][:19]}`); model `{card['model'].get('model') or card['model'].get('name')}`, "
+             f"{card['samples']} sample(s) per {unit}, temperature {card['sampling'].get('temperature')}", "",
              "| metric | " + " | ".join(policies) + " |", "|---|" + "---:|" * len(policies)]
-    for m in METRICS:
+    for m in metrics:
         lines.append(f"| {m} | " + " | ".join(_cell(cell[(p, m)], m) for p in policies) + " |")
     if card["paired"]:
         baselines = list(dict.fromkeys(r["baseline"] for r in card["paired"]))
         pair = {(r["baseline"], r["metric"]): r for r in card["paired"]}
         lines += ["", "| model minus, paired | " + " | ".join(baselines) + " |", "|---|" + "---:|" * len(baselines)]
-        for m in METRICS:
+        for m in metrics:
             lines.append(f"| {m} | " + " | ".join(_cell(pair[(b, m)], m) for b in baselines) + " |")
     calls = card.get("calls", {})
-    lines += ["", f"± is the 95 % interval over points. Calls: {calls.get('calls', 0)} ({calls.get('failed', 0)} "
+    lines += ["", f"± is the 95 % interval over {unit}s. Calls: {calls.get('calls', 0)} ({calls.get('failed', 0)} "
               f"failed, {calls.get('retried_attempts', 0)} retried attempts), tokens {calls.get('prompt_tokens', 0):,} "
               f"in / {calls.get('completion_tokens', 0):,} out."]
     if timing:
@@ -137,6 +146,11 @@ def scorecard_markdown(card: Mapping[str, Any], timing: Mapping[str, Any] | None
                      f"(p90 {timing['latency_p90_s']:.2f} s); CPU {timing['cpu_model']}, load "
                      f"{timing['load_average']}.")
     return "\n".join(lines)
+
+
+def _metrics(card: Mapping[str, Any]) -> list[str]:
+    """The scorecard's metrics, in its rows' order."""
+    return list(dict.fromkeys(r["metric"] for r in card["rows"]))
 
 
 def _read_values(run: Path) -> tuple[dict[str, Any], dict[int, dict[str, float]]]:
@@ -151,7 +165,7 @@ def _read_values(run: Path) -> tuple[dict[str, Any], dict[int, dict[str, float]]
         for line in values_path.read_text(encoding="utf-8").splitlines():
             row = json.loads(line)
             if row.get("policy") == "model":
-                model[int(row["point"])] = {m: float(row[m]) for m in METRICS}
+                model[int(row["point"])] = {m: float(row[m]) for m in _metrics(card)}
     except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
         raise ConfigError(f"{run}: scorecard.json or points.jsonl is not an eval's ({type(exc).__name__}: {exc}); "
                           f"run rlaif-gym eval --out {run} --overwrite to write it again") from None
@@ -175,7 +189,7 @@ def compare_runs(a: Path | str, b: Path | str) -> dict[str, Any]:
     return {"a": str(a), "b": str(b), "set": card_a["set"]["name"], "digest": da, "points": len(shared),
             "model_a": card_a["model"], "model_b": card_b["model"],
             "b_minus_a": [{"metric": m, **interval([vb[p][m] - va[p][m] for p in shared]).to_dict()}
-                          for m in METRICS]}
+                          for m in _metrics(card_a)]}
 
 
 def compare_markdown(result: Mapping[str, Any]) -> str:

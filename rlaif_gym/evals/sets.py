@@ -10,6 +10,9 @@ to pair such scorecards.
 seeds 1,000,000.. and 2,000,000.. (`HELD_OUT_SEEDS`; training takes `TRAIN_SEEDS`, 0..999,999), in the decision
 world (`DECISION_WORLD`) and the compact prompt style, each point naming a market that resolves within 4 ticks.
 
+`episodes-v1/decision-world-a` and `-b` are whole episodes of the same world from the same seeds (50 each), and
+`episodes-v1/default-a` whole episodes of the default world (10 from 1,000,000): the model plays every tick.
+
 Layer L6 (evals): plays the text env through `rlaif_gym.envs.decisions`.
 """
 
@@ -26,10 +29,12 @@ from ..config import RLAIFEnvConfig
 from ..envs.decisions import DECISION_WORLD, HELD_OUT_SEEDS, TRAIN_SEEDS, DecisionPoint, decision_points
 from ..errors import ConfigError
 
-__all__ = ["DECISION_SETS", "DecisionSet", "decision_set"]
+__all__ = ["DECISION_SETS", "EPISODE_SETS", "DecisionSet", "EpisodeSet", "decision_set", "task_set"]
 
 SET_VERSION = "decisions-v1"
 """The version of the decision sets' definition (world, filter, search); bumped when any of it changes."""
+EPISODE_SET_VERSION = "episodes-v1"
+"""The version of the episode sets' definition (worlds, seeds); bumped when any of it changes."""
 MAX_SEEDS_PER_POINT = 8
 """A set's search gives up after this many seeds per point asked for (a config that never qualifies)."""
 
@@ -109,6 +114,13 @@ DECISION_SETS: dict[str, DecisionSet] = {
 """The named sets."""
 
 
+def _check_first_seed(first: int, allow_train_seeds: bool) -> None:
+    if first in TRAIN_SEEDS and not allow_train_seeds:
+        raise ConfigError(f"--seeds {first:,} is in the training range {TRAIN_SEEDS.start:,}..{TRAIN_SEEDS.stop - 1:,}"
+                          f"; scores there are not held out: start at {HELD_OUT_SEEDS[0].start:,} or above, or pass "
+                          "--allow-train-seeds")
+
+
 def decision_set(name: str | None = None, *, seeds: int | None = None, points: int | None = None,
                  overrides: Mapping[str, Any] | None = None, allow_train_seeds: bool = False) -> DecisionSet:
     """A named set, or one of your own: `seeds` (the first seed) and `points` pick other states of the same
@@ -120,8 +132,8 @@ def decision_set(name: str | None = None, *, seeds: int | None = None, points: i
     """
     name = name or f"{SET_VERSION}/held-out-a"
     if name not in DECISION_SETS:
-        raise ConfigError(f"unknown set {name!r}; the sets are {', '.join(DECISION_SETS)} (or give --seeds START "
-                          "--points N for others)")
+        raise ConfigError(f"unknown set {name!r}; the sets are {', '.join([*DECISION_SETS, *EPISODE_SETS])} (or give "
+                          "--seeds START --points N for others)")
     base = DECISION_SETS[name]
     if seeds is None and points is None and not overrides:
         return base
@@ -129,11 +141,80 @@ def decision_set(name: str | None = None, *, seeds: int | None = None, points: i
     count = base.points if points is None else int(points)
     if count < 1:
         raise ConfigError(f"--points must be >= 1, got {count}")
-    if first in TRAIN_SEEDS and not allow_train_seeds:
-        raise ConfigError(f"--seeds {first:,} is in the training range {TRAIN_SEEDS.start:,}..{TRAIN_SEEDS.stop - 1:,}"
-                          f"; scores there are not held out: start at {HELD_OUT_SEEDS[0].start:,} or above, or pass "
-                          "--allow-train-seeds")
+    _check_first_seed(first, allow_train_seeds)
     world = {**base.world, **(overrides or {})}
     RLAIFEnvConfig.from_any(world)  # a bad override fails here, naming the field
     return DecisionSet(f"{name.split('/')[0]}/custom-{first}-{count}", first, count, world, base.resolves_within,
                        base.min_evidence)
+
+
+@dataclass(frozen=True)
+class EpisodeSet:
+    """A held-out set of whole episodes (see the module docstring): one per seed from `first_seed`.
+
+    Attributes:
+        name: e.g. "episodes-v1/decision-world-a".
+        first_seed: the first reset seed.
+        episodes: how many episodes (seeds `first_seed` .. `first_seed + episodes - 1`).
+        world: `RLAIFEnvConfig` overrides (on top of the defaults).
+    """
+
+    name: str
+    first_seed: int
+    episodes: int
+    world: Mapping[str, Any] = field(default_factory=lambda: {**DECISION_WORLD, "prompt_style": "compact"})
+
+    @cached_property
+    def config(self) -> RLAIFEnvConfig:
+        """The world's validated config."""
+        return RLAIFEnvConfig.from_any(dict(self.world))
+
+    @property
+    def seeds(self) -> range:
+        return range(self.first_seed, self.first_seed + self.episodes)
+
+    def digest(self, traces: list[list[Any]]) -> str:
+        """sha256 of the config and, per episode, what a waiting agent meets: each tick's prompt and the hidden
+        truth behind it (each open market's drawn outcome and p*) (`traces`, one per seed, as the eval's wait
+        baseline records them). Package versions are not in it."""
+        body = {"version": EPISODE_SET_VERSION, "world": self.config.model_dump(mode="json"),
+                "states": [[seed, trace] for seed, trace in zip(self.seeds, traces, strict=True)]}
+        return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+    def describe(self, traces: list[list[Any]]) -> dict[str, Any]:
+        """The set as a scorecard records it."""
+        return {"name": self.name, "digest": self.digest(traces), "kind": "episodes", "first_seed": self.first_seed,
+                "last_seed": self.seeds[-1], "points": self.episodes, "ticks": self.config.num_ticks,
+                "horizon": "the whole episode: the model answers every tick", "reward_mark": self.config.reward_mark,
+                "world": dict(self.world)}
+
+
+EPISODE_SETS: dict[str, EpisodeSet] = {
+    f"{EPISODE_SET_VERSION}/decision-world-a": EpisodeSet(f"{EPISODE_SET_VERSION}/decision-world-a",
+                                                          HELD_OUT_SEEDS[0].start, 50),
+    f"{EPISODE_SET_VERSION}/decision-world-b": EpisodeSet(f"{EPISODE_SET_VERSION}/decision-world-b",
+                                                          HELD_OUT_SEEDS[1].start, 50),
+    f"{EPISODE_SET_VERSION}/default-a": EpisodeSet(f"{EPISODE_SET_VERSION}/default-a", HELD_OUT_SEEDS[0].start, 10,
+                                                   {}),
+}
+"""The named episode sets."""
+
+
+def task_set(name: str | None = None, *, seeds: int | None = None, points: int | None = None,
+             overrides: Mapping[str, Any] | None = None, allow_train_seeds: bool = False,
+             ) -> DecisionSet | EpisodeSet:
+    """A named set of either kind (`DECISION_SETS`, `EPISODE_SETS`), or one of your own as `decision_set` makes it
+    (`points` counts episodes in an episode set)."""
+    if name not in EPISODE_SETS:
+        return decision_set(name, seeds=seeds, points=points, overrides=overrides, allow_train_seeds=allow_train_seeds)
+    base = EPISODE_SETS[name]
+    if seeds is None and points is None and not overrides:
+        return base
+    first = base.first_seed if seeds is None else int(seeds)
+    count = base.episodes if points is None else int(points)
+    if count < 1:
+        raise ConfigError(f"--points (episodes) must be >= 1, got {count}")
+    _check_first_seed(first, allow_train_seeds)
+    world = {**base.world, **(overrides or {})}
+    RLAIFEnvConfig.from_any(world)
+    return EpisodeSet(f"{EPISODE_SET_VERSION}/custom-{name.split('/')[1]}-{first}-{count}", first, count, world)

@@ -27,6 +27,8 @@ from .verdicts import (
     parse_listwise,
     parse_pairwise,
     parse_verdict,
+    verdict_constraint,
+    verdict_gbnf,
 )
 
 __all__ = [
@@ -65,5 +67,7 @@ __all__ = [
     "tape_key",
     "trajectory_data",
     "trajectory_metrics",
+    "verdict_constraint",
+    "verdict_gbnf",
     "with_mode",
 ]

@@ -33,7 +33,7 @@ from ..rewards import relative_scores
 from ..trajectory import Trajectory
 from .judge import JudgeBatch
 
-__all__ = ["INJECTION_PATTERNS", "format_health", "judge_health", "spearman"]
+__all__ = ["INJECTION_PATTERNS", "format_health", "judge_health", "rule_score", "spearman"]
 
 INJECTION_PATTERNS: tuple[re.Pattern[str], ...] = tuple(re.compile(p, re.IGNORECASE) for p in (
     r"\bignore\s+(?:all\s+|any\s+)?(?:the\s+|your\s+|previous\s+|prior\s+|above\s+)*(?:rubric|instructions?|rules?)",
@@ -58,7 +58,8 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def _rule_score(t: Trajectory) -> float | None:
+def rule_score(t: Trajectory) -> float | None:
+    """The rule judge's score of a trajectory: the mean of its steps' reasoning components (None without one)."""
     values = [s.reward_components["reasoning"] for s in t.steps if "reasoning" in s.reward_components]
     return math.fsum(values) / len(values) if values else None
 
@@ -145,7 +146,7 @@ def judge_health(batch: JudgeBatch, trajectories: Sequence[Trajectory], *, outli
     judge = [s for _, s in scored]
     pnl = [by_id[tid].final_pnl for tid, _ in scored]
     health["spearman_judge_pnl"] = spearman(judge, pnl)
-    rule_pairs = [(s, _rule_score(by_id[tid])) for tid, s in scored]
+    rule_pairs = [(s, rule_score(by_id[tid])) for tid, s in scored]
     rule_pairs = [(s, r) for s, r in rule_pairs if r is not None]
     health["spearman_judge_rule"] = spearman([s for s, _ in rule_pairs], [r for _, r in rule_pairs])
     # cost
@@ -169,7 +170,7 @@ def _outliers(scored: list[tuple[str, float]], by_id: dict[str, Trajectory], gap
     ids = [tid for tid, _ in scored]
     judge_rank = relative_scores([s for _, s in scored]) if len(scored) >= 2 else [0.5]
     pnl_rank = relative_scores([by_id[t].final_pnl for t in ids]) if len(scored) >= 2 else [0.5]
-    rules = [_rule_score(by_id[t]) for t in ids]
+    rules = [rule_score(by_id[t]) for t in ids]
     rule_known = [r for r in rules if r is not None]
     rule_rank_known = relative_scores(rule_known) if len(rule_known) >= 2 else []
     it = iter(rule_rank_known)

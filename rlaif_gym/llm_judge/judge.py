@@ -63,7 +63,7 @@ from .prompts import (
     trajectory_data,
 )
 from .tape import JudgeTape, TapeMode, tape_key
-from .verdicts import AbsoluteVerdict, ListwiseVerdict, PairwiseVerdict, parse_verdict
+from .verdicts import AbsoluteVerdict, ListwiseVerdict, PairwiseVerdict, parse_verdict, verdict_gbnf
 
 __all__ = ["GroupJudgement", "JudgeBatch", "JudgeConfig", "LLMJudge", "TrajectoryJudgement", "VerdictRecord"]
 
@@ -91,6 +91,9 @@ class JudgeConfig:
         strict_replay: in replay mode, raise `MissingTapeError` for a call that is not on the tape
             (False: mark it missing).
         bt_prior: virtual wins and losses per item in the Bradley–Terry fit (see `fit_bradley_terry`).
+        constrain: "gbnf": the verdict's grammar goes with every call (`verdict_gbnf`: llama.cpp's `grammar`
+            field; build the client with `extra_body=verdict_constraint(mode)`), so a small model writes a
+            parsable verdict; it enters every tape key. None: unconstrained.
         template_version: the packaged prompt template version.
     """
 
@@ -109,6 +112,7 @@ class JudgeConfig:
     archetype: str | None = None
     strict_replay: bool = True
     bt_prior: float = 0.5
+    constrain: str | None = None
     template_version: str = TEMPLATE_VERSION
 
     def __post_init__(self) -> None:
@@ -129,6 +133,10 @@ class JudgeConfig:
             problems.append(f"repeats must be >= 1, and > 1 only in absolute mode (got {self.repeats} in {self.mode})")
         if self.max_tokens < 1:
             problems.append(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.constrain not in (None, "gbnf"):
+            problems.append(f'constrain must be None or "gbnf", got {self.constrain!r}')
+        elif self.constrain and self.mode == "listwise":
+            problems.append("constrain: a listwise verdict has no grammar (its labels vary); use absolute or pairwise")
         if self.archetype is not None:
             try:
                 normalize_archetype(self.archetype, strict=True)
@@ -307,6 +315,11 @@ class LLMJudge:
             raise ConfigError(f"tape mode {self.tape_mode.value!r} calls the judge: pass a client (or use replay)")
         if client is not None and not isinstance(client, RecordingClient):
             client = RecordingClient(client, purpose="evaluation")
+        if self.config.constrain and client is not None:
+            sent = getattr(client.inner, "extra_body", {}).get("grammar")
+            if sent != verdict_gbnf(self.config.mode):
+                raise ConfigError(f'constrain="gbnf" needs a client that sends the verdict grammar: build it with '
+                                  f'OpenAIChatClient(..., extra_body=verdict_constraint("{self.config.mode}"))')
         self.client = client
         self.model = model or (client.model if client is not None else "")
         if not self.model:
@@ -413,6 +426,8 @@ class LLMJudge:
             "trajectory_ids": list(job.ids), "slices": slices, "repeat": job.repeat, "attempt": attempt,
             "messages_sha": sha256_text(canonical_json(messages)),
         }
+        if self.config.constrain:  # (absent when None: the keys of unconstrained tapes stay as they were)
+            material["constrain"] = self.config.constrain
         return material, params
 
     async def _ask(self, messages: list[dict[str, str]], params: SamplingParams, call_id: str,

@@ -20,7 +20,15 @@ from ..errors import VerdictParseError
 from ..trajectory import storable_value
 
 __all__ = ["AbsoluteVerdict", "ListwiseVerdict", "PairwiseVerdict", "parse_absolute", "parse_listwise",
-           "parse_pairwise", "parse_verdict"]
+           "parse_pairwise", "parse_verdict", "verdict_constraint", "verdict_gbnf"]
+
+VERDICT_REASONING_CHARS = 300
+"""The longest reasoning a constrained verdict may write, in characters (the grammar's bound: a small model that
+never closes its string still ends its verdict)."""
+_VERDICT_ROOTS = {
+    "absolute": 'root ::= "{\\"reasoning\\": \\"" text "\\", \\"score\\": " score "}"',
+    "pairwise": 'root ::= "{\\"reasoning\\": \\"" text "\\", \\"winner\\": \\"" ( "A" | "B" | "tie" ) "\\"}"',
+}
 
 _FENCE = re.compile(r"\A```(?:json|JSON)?[ \t]*\n(.*)\n[ \t]*```\Z", re.S)
 _THINK = re.compile(r"\A\s*<think>.*?</think>\s*", re.S)
@@ -172,3 +180,25 @@ def parse_verdict(mode: str, text: str, labels: tuple[str, ...] = ()) -> Absolut
     if mode == "pairwise":
         return parse_pairwise(text)
     raise ValueError(f"unknown judge mode {mode!r}")
+
+
+def verdict_gbnf(mode: str) -> str:
+    """The GBNF grammar (llama.cpp's `grammar` field) of a verdict in `mode`: the very object `parse_verdict` accepts,
+    reasoning first (at most `VERDICT_REASONING_CHARS` characters, no quote, backslash or control character), then
+    the score in [0, 1] with at most two decimals (absolute) or the winner (pairwise). A listwise verdict names
+    labels the grammar would have to know, so it has none: `ConfigError`."""
+    from ..errors import ConfigError
+
+    if mode not in _VERDICT_ROOTS:
+        raise ConfigError(f"a constrained verdict is absolute or pairwise, got mode {mode!r}: judge listwise "
+                          "without constrain")
+    lines = [_VERDICT_ROOTS[mode], f'text ::= [^"\\\\\\x00-\\x1F]{{1,{VERDICT_REASONING_CHARS}}}']
+    if mode == "absolute":
+        lines.append('score ::= "0." [0-9] [0-9]? | "0" | "1" | "1.0"')
+    return "\n".join(lines) + "\n"
+
+
+def verdict_constraint(mode: str) -> dict[str, Any]:
+    """The request fields that constrain a verdict in `mode` on llama.cpp (`OpenAIChatClient(extra_body=...)`), to
+    go with `JudgeConfig(constrain="gbnf")`."""
+    return {"grammar": verdict_gbnf(mode)}

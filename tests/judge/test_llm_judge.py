@@ -86,6 +86,26 @@ def test_absolute_scores_are_the_verdicts_with_group_relative_scores(run, server
         assert load_rubrics().default_rubric.strip() in system_text(r.body)
 
 
+def test_a_constrained_judge_sends_the_verdict_grammar_and_keys_its_tape_apart(run, server, tmp_path):
+    from rlaif_gym.errors import ConfigError
+    from rlaif_gym.llm_judge import verdict_constraint, verdict_gbnf
+
+    _, trajs = run
+    config = JudgeConfig(mode="pairwise", constrain="gbnf")
+    with pytest.raises(ConfigError, match="verdict_constraint"):  # a client that would not send it
+        LLMJudge(client(server), config=config)
+    with pytest.raises(ConfigError, match="listwise"):
+        JudgeConfig(mode="listwise", constrain="gbnf")
+    constrained = LLMJudge(client(server, extra_body=verdict_constraint("pairwise")), config=config,
+                           tape=JudgeTape(tmp_path / "c.sqlite"))
+    batch = constrained.score(trajs[:4])
+    assert all(r.body["grammar"] == verdict_gbnf("pairwise") for r in server.chat_requests())
+    assert all(j.score is not None for j in batch.judgements.values())
+    plain = LLMJudge(client(server), config=JudgeConfig(mode="pairwise"), tape=JudgeTape(tmp_path / "p.sqlite"))
+    plain.score(trajs[:4])
+    assert not set(constrained.tape.keys()) & set(plain.tape.keys())  # a tape never answers one with the other
+
+
 def test_listwise_judges_each_group_in_one_call(run, server):
     _, trajs = run
     batch = LLMJudge(client(server), config=JudgeConfig(mode="listwise")).score(trajs)

@@ -36,6 +36,28 @@ def test_absolute_verdicts_in_the_accepted_envelopes_parse(text):
     assert v.score == 0.75 and v.reasoning == "solid"
 
 
+@pytest.mark.parametrize("score", ["0", "1", "1.0", "0.5", "0.25", "0.07"])
+def test_every_verdict_the_grammar_admits_parses(score):
+    """The grammar's shapes (`verdict_gbnf`), with a reasoning of every kind of character it lets through."""
+    from rlaif_gym.llm_judge import parse_pairwise, verdict_gbnf
+
+    reasoning = "Bought YES at 41¢ {p*?} <think> it's 'fine' / 2 — ok"
+    grammar = verdict_gbnf("absolute")
+    assert '"{\\"reasoning\\": \\"" text "\\", \\"score\\": " score "}"' in grammar
+    v = parse_absolute('{"reasoning": "' + reasoning + '", "score": ' + score + "}")
+    assert v.score == float(score) and v.reasoning == reasoning
+    assert parse_pairwise('{"reasoning": "' + reasoning + '", "winner": "tie"}').winner == "tie"
+    assert all(bad in grammar.splitlines()[1] for bad in ('"', "\\\\", "\\x00-\\x1F", "{1,300}"))
+
+
+def test_the_verdict_grammars_compile_in_llama_cpp():
+    llama_cpp = pytest.importorskip("llama_cpp", reason="the local-llm extra is not installed")
+    from rlaif_gym.llm_judge import verdict_gbnf
+
+    for mode in ("absolute", "pairwise"):
+        assert llama_cpp.LlamaGrammar.from_string(verdict_gbnf(mode), verbose=False) is not None
+
+
 @pytest.mark.parametrize(("text", "problem"), [
     ("The trajectory deserves 0.8.", "not a JSON object"),
     ('Score: {"score": 0.8, "reasoning": "x"}', "not a JSON object"),

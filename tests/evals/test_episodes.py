@@ -1,0 +1,72 @@
+"""`rlaif-gym eval` on whole episodes (`rlaif_gym.evals.episodes`): the model plays every tick through the real
+rollout collector, the baselines play the same seeds, and the scorecard pairs them episode by episode."""
+
+from __future__ import annotations
+
+import pytest
+from fake_server import Fault
+
+from rlaif_gym.agents import OpenAIChatAgent, ScriptedLLMAgent
+from rlaif_gym.errors import ConfigError
+from rlaif_gym.evals import EPISODE_METRICS, EpisodeSet, compare_runs, run_episode_eval, task_set
+from rlaif_gym.storage import JsonlStore
+
+
+def _rows(card):
+    return {(r["policy"], r["metric"]): r for r in card["rows"]}
+
+
+@pytest.fixture(scope="module")
+def scripted(tmp_path_factory):
+    eset = task_set("episodes-v1/decision-world-a", points=4)
+    return eset, run_episode_eval(ScriptedLLMAgent(temperature=0.0), eset, tmp_path_factory.mktemp("ep") / "a",
+                                  command=["test"])
+
+
+def test_the_scripted_models_episodes_are_the_teachers_and_the_ceiling_is_above_waiting(scripted):
+    eset, result = scripted
+    rows = {key: {k: v for k, v in row.items() if k != "policy"} for key, row in _rows(result.scorecard).items()}
+    assert isinstance(eset, EpisodeSet) and result.scorecard["set"]["kind"] == "episodes"
+    for m in EPISODE_METRICS:  # the collector's episodes and the baseline's own play agree, metric by metric
+        assert rows[("model", m)] == rows[("teacher", m)] and rows[("model", m)]["n"] == 4
+    assert rows[("wait", "pnl")]["mean"] == 0.0 and rows[("truth", "pnl")]["ci95_low"] > 0
+    assert rows[("model", "format_valid")]["mean"] == 1.0
+    paired = {(r["baseline"], r["metric"]): r for r in result.scorecard["paired"]}
+    assert paired[("teacher", "pnl")]["mean"] == 0.0 and paired[("truth", "pnl")]["ci95_high"] < 0
+    stored = list(JsonlStore(result.out / "episodes").read())
+    assert sorted(t.seed for t in stored) == list(eset.seeds) and all(len(t.steps) == 48 for t in stored)
+
+
+def test_an_episode_eval_resumes_reproduces_its_bytes_and_compares(scripted, tmp_path):
+    eset, first = scripted
+    again = run_episode_eval(ScriptedLLMAgent(temperature=0.0), eset, first.out, resume=True, command=["test"])
+    assert again.scorecard == first.scorecard and again.scorecard["calls"]["calls"] == 4 * 48
+    other = run_episode_eval(ScriptedLLMAgent(temperature=0.0), eset, tmp_path / "b", command=["test"])
+    assert (other.out / "scorecard.json").read_bytes() == (first.out / "scorecard.json").read_bytes()
+    diff = {r["metric"]: r for r in compare_runs(first.out, other.out)["b_minus_a"]}
+    assert set(diff) == set(EPISODE_METRICS) and diff["pnl"]["mean"] == 0.0
+    with pytest.raises(ConfigError, match="--resume"):
+        run_episode_eval(ScriptedLLMAgent(temperature=0.0), eset, first.out, command=["test"])
+
+
+def test_a_faulty_server_ends_episodes_early_and_loses_none(fake_server, tmp_path):
+    eset = task_set("episodes-v1/decision-world-a", points=3, overrides={"num_ticks": 12})
+    fake_server.faults = [Fault("status", status=500, match=lambda body: body.get("seed", 0) % 9 == 0)]
+    agent = OpenAIChatAgent("fake", fake_server.base_url, temperature=0.0, logprobs=False, timeout=3.0,
+                            max_retries=1, backoff=0.0)
+    result = run_episode_eval(agent, eset, tmp_path / "faulty", command=["f"], preflight=False)
+    stored = list(JsonlStore(result.out / "episodes").read())
+    failed = [t for t in stored if t.final_status == "failed"]
+    rows = _rows(result.scorecard)
+    assert len(stored) == 3 and all(rows[("model", m)]["n"] == 3 for m in EPISODE_METRICS)  # no episode dropped
+    assert result.scorecard["calls"]["failed"] == len(failed) >= 1
+    assert rows[("model", "format_valid")]["mean"] < 1.0  # the failed call is an invalid tick, not a skipped one
+
+
+def test_an_unreachable_server_stops_an_episode_eval_before_it_plays(tmp_path):
+    agent = OpenAIChatAgent("m", "http://127.0.0.1:9/v1", temperature=0.0, logprobs=False, timeout=2.0,
+                            max_retries=0)
+    eset = task_set("episodes-v1/decision-world-a", points=2, overrides={"num_ticks": 6})
+    with pytest.raises(ConfigError, match=r"did not answer.*--base-url"):
+        run_episode_eval(agent, eset, tmp_path / "down", command=["d"])
+    assert not list(JsonlStore(tmp_path / "down" / "episodes").read())
