@@ -118,12 +118,20 @@ def ladder_replies(points: Sequence[DecisionPoint], model_replies: Sequence[str]
     return out
 
 
-def ladder_trajectories(points: Sequence[DecisionPoint], replies: Mapping[str, Sequence[str]], *,
-                        run_name: str = "ladder") -> list[Trajectory]:
-    """Play the ladder: one group per point (id `<run_name>-s<seed>-t<tick>`), one member per rung in `replies`'
-    order, each to the point's resolution horizon; every trajectory's `agent_id` is its rung.
+def _slots(rungs: int, point: DecisionPoint, seed: int) -> list[int]:
+    """Which rung each member slot of a point's group plays: a permutation drawn from `seed` and the point, so that
+    no rung always comes first (a listwise judge with a bias for the first trajectory shown would otherwise look
+    like a good judge)."""
+    return [int(k) for k in np.random.default_rng([seed, point.seed, point.tick, 1]).permutation(rungs)]
 
-    Returns the trajectories group by group, members in rung order."""
+
+def ladder_trajectories(points: Sequence[DecisionPoint], replies: Mapping[str, Sequence[str]], *,
+                        run_name: str = "ladder", seed: int = 0) -> list[Trajectory]:
+    """Play the ladder: one group per point (id `<run_name>-s<seed>-t<tick>`), one member per rung of `replies`
+    (in an order drawn per point from `seed`), each to the point's resolution horizon; every trajectory's
+    `agent_id` is its rung.
+
+    Returns the trajectories group by group, members in their group's order."""
     rungs = list(replies)
     if not points or not rungs:
         return []
@@ -135,14 +143,17 @@ def ladder_trajectories(points: Sequence[DecisionPoint], replies: Mapping[str, S
         chosen = [points[i] for i in members]
         probe = RolloutCollector(_LadderAgent({}), env_config=chosen[0].config, group_size=len(rungs),
                                  run_name=run_name)
-        first = {f"{spec.trajectory_id}-t{group.fork_tick}": replies[rungs[spec.member]][i]
+        slots = {i: _slots(len(rungs), points[i], seed) for i in members}
+        first = {f"{spec.trajectory_id}-t{group.fork_tick}": replies[rungs[slots[i][spec.member]]][i]
                  for i, group in zip(members, probe.plan_decisions(chosen, horizon), strict=True)
                  for spec in group.members}
         collector = RolloutCollector(_LadderAgent(first), env_config=chosen[0].config, group_size=len(rungs),
                                      num_envs=len(rungs) * 4, run_name=run_name)
         collector.collect_decisions(chosen, horizon=horizon)
+        point_of = {f"{run_name}-s{points[i].seed}-t{points[i].tick}": i for i in members}
         for t in collector.trajectories:
-            out[t.trajectory_id] = t.model_copy(update={"agent_id": rungs[t.group_index]})
+            rung = rungs[slots[point_of[t.group_id]][t.group_index]]
+            out[t.trajectory_id] = t.model_copy(update={"agent_id": rung})
     order = {f"{run_name}-s{p.seed}-t{p.tick}": k for k, p in enumerate(points)}
     return sorted(out.values(), key=lambda t: (order[t.group_id], t.group_index))
 
@@ -220,7 +231,8 @@ def judge_validation(trajectories: Sequence[Trajectory], scores: Mapping[str, fl
                 boot.append(r)
     low, high = (np.quantile(boot, [0.025, 0.975]) if boot else (math.nan, math.nan))
     # per rung: PnL gain over the group's wait, and the judge's score
-    rungs = list(dict.fromkeys(t.agent_id for t in trajectories))
+    present = set(t.agent_id for t in trajectories)
+    rungs = [r for r in ("model", *LADDER) if r in present] + sorted(present - {"model", *LADDER})
     gain: dict[str, list[float]] = {r: [] for r in rungs}
     mean_score: dict[str, list[float]] = {r: [] for r in rungs}
     for members in groups.values():
@@ -322,7 +334,7 @@ def run_judge_validation(points: Sequence[DecisionPoint], out: Path | str, *, ju
     Returns the validation (as written)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    trajectories = ladder_trajectories(points, ladder_replies(points, model_replies, seed=seed))
+    trajectories = ladder_trajectories(points, ladder_replies(points, model_replies, seed=seed), seed=seed)
     atomic_write_bytes(out / "ladder.jsonl", "".join(t.model_dump_json() + "\n" for t in trajectories).encode())
     if judge is None:
         scores, described, stem = rule_judge_scores(trajectories), {"name": "rule"}, "rule"

@@ -39,15 +39,18 @@ def test_each_group_shares_its_points_state_and_differs_only_in_the_rungs_first_
     replies, trajectories = ladder
     rungs = ["model", *LADDER]
     assert list(replies) == rungs and len(trajectories) == len(points) * len(rungs)
+    firsts = set()
     for k, p in enumerate(points):
         group = trajectories[k * len(rungs):(k + 1) * len(rungs)]
-        assert [t.agent_id for t in group] == rungs and len({t.group_id for t in group}) == 1
+        assert sorted(t.agent_id for t in group) == sorted(rungs) and len({t.group_id for t in group}) == 1
+        firsts.add(group[0].agent_id)
         for t in group:
             calls = [s.llm_calls[0] for s in t.steps]
             assert len(t.steps) == p.resolution_horizon and t.steps[0].step_number == p.tick
             assert calls[0].user_prompt == p.prompt  # the member starts at the point's state
             assert calls[0].response == replies[t.agent_id][k]
             assert all(c.response == WAIT_REPLY for c in calls[1:])  # then waits until every market resolved
+    assert len(firsts) > 1  # the rungs' order is drawn per group: no rung is always shown first
 
 
 def test_the_ladders_ends_are_worth_what_they_should_be(ladder):
