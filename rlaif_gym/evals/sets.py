@@ -114,11 +114,20 @@ DECISION_SETS: dict[str, DecisionSet] = {
 """The named sets."""
 
 
-def _check_first_seed(first: int, allow_train_seeds: bool) -> None:
+def _custom(first_seed: int, size: int, world: Mapping[str, Any], seeds: int | None, points: int | None,
+            overrides: Mapping[str, Any] | None, allow_train_seeds: bool) -> tuple[int, int, dict[str, Any]]:
+    """(first seed, size, world) of a set of one's own made from a named one (see `decision_set`)."""
+    first = first_seed if seeds is None else int(seeds)
+    count = size if points is None else int(points)
+    if count < 1:
+        raise ConfigError(f"--points must be >= 1, got {count}")
     if first in TRAIN_SEEDS and not allow_train_seeds:
         raise ConfigError(f"--seeds {first:,} is in the training range {TRAIN_SEEDS.start:,}..{TRAIN_SEEDS.stop - 1:,}"
                           f"; scores there are not held out: start at {HELD_OUT_SEEDS[0].start:,} or above, or pass "
                           "--allow-train-seeds")
+    merged = {**world, **(overrides or {})}
+    RLAIFEnvConfig.from_any(merged)  # a bad override fails here, naming the field
+    return first, count, merged
 
 
 def decision_set(name: str | None = None, *, seeds: int | None = None, points: int | None = None,
@@ -137,13 +146,8 @@ def decision_set(name: str | None = None, *, seeds: int | None = None, points: i
     base = DECISION_SETS[name]
     if seeds is None and points is None and not overrides:
         return base
-    first = base.first_seed if seeds is None else int(seeds)
-    count = base.points if points is None else int(points)
-    if count < 1:
-        raise ConfigError(f"--points must be >= 1, got {count}")
-    _check_first_seed(first, allow_train_seeds)
-    world = {**base.world, **(overrides or {})}
-    RLAIFEnvConfig.from_any(world)  # a bad override fails here, naming the field
+    first, count, world = _custom(base.first_seed, base.points, base.world, seeds, points, overrides,
+                                  allow_train_seeds)
     return DecisionSet(f"{name.split('/')[0]}/custom-{first}-{count}", first, count, world, base.resolves_within,
                        base.min_evidence)
 
@@ -210,11 +214,6 @@ def task_set(name: str | None = None, *, seeds: int | None = None, points: int |
     base = EPISODE_SETS[name]
     if seeds is None and points is None and not overrides:
         return base
-    first = base.first_seed if seeds is None else int(seeds)
-    count = base.episodes if points is None else int(points)
-    if count < 1:
-        raise ConfigError(f"--points (episodes) must be >= 1, got {count}")
-    _check_first_seed(first, allow_train_seeds)
-    world = {**base.world, **(overrides or {})}
-    RLAIFEnvConfig.from_any(world)
+    first, count, world = _custom(base.first_seed, base.episodes, base.world, seeds, points, overrides,
+                                  allow_train_seeds)
     return EpisodeSet(f"{EPISODE_SET_VERSION}/custom-{name.split('/')[1]}-{first}-{count}", first, count, world)

@@ -71,9 +71,8 @@ def test_every_eval_option_and_argument_has_help():
     assert len(documented) > 20 and all(text for _, _, text in documented), documented
 
 
-def test_eval_drives_the_shipped_model_on_a_local_llama_cpp_server(tmp_path, capsys):
-    """`--agent local`: SmolLM2-135M on llama.cpp, started and stopped by the command; its own free replies are
-    played and scored (whatever they are worth), beside the baselines on the same points."""
+def _require_local_model() -> None:
+    """Skip unless the local-llm extra and the SmolLM2 model package are installed."""
     pytest.importorskip("llama_cpp", reason="the local-llm extra is not installed")
     from rlaif_gym.errors import DependencyNotInstalled
     from rlaif_gym.integrations.local_llm import model_path
@@ -82,6 +81,12 @@ def test_eval_drives_the_shipped_model_on_a_local_llama_cpp_server(tmp_path, cap
         model_path()
     except DependencyNotInstalled as exc:
         pytest.skip(f"the model package is not installed: {exc}")
+
+
+def test_eval_drives_the_shipped_model_on_a_local_llama_cpp_server(tmp_path, capsys):
+    """`--agent local`: SmolLM2-135M on llama.cpp, started and stopped by the command; its own free replies are
+    played and scored (whatever they are worth), beside the baselines on the same points."""
+    _require_local_model()
     out = tmp_path / "local"
     assert main(["eval", "--agent", "local", "--points", "3", "--max-tokens", "48", "--out", str(out)]) == 0
     card = json.loads((out / "scorecard.json").read_text())
@@ -126,14 +131,7 @@ def test_the_shipped_model_judges_a_ladder_on_a_local_llama_cpp_server(tmp_path,
     """`--judge local`: SmolLM2-135M as the LLM judge (started and stopped by the command); whatever its scores are
     worth, the verdict grammar makes each one parse (unconstrained, most are prose), and the validation is
     written."""
-    pytest.importorskip("llama_cpp", reason="the local-llm extra is not installed")
-    from rlaif_gym.errors import DependencyNotInstalled
-    from rlaif_gym.integrations.local_llm import model_path
-
-    try:
-        model_path()
-    except DependencyNotInstalled as exc:
-        pytest.skip(f"the model package is not installed: {exc}")
+    _require_local_model()
     out = tmp_path / "local"
     assert main(["eval", "--points", "1", "--judge", "local", "--judge-max-tokens", "96", "--out", str(out)]) == 0
     report = json.loads((out / "judge" / "validation.llm-absolute.json").read_text())
