@@ -27,11 +27,17 @@ BET_FRACTION = 0.05
 """The share of cash the informed and truth bets stake."""
 
 
-def _bet_side(prompt: str, side: str | None, fraction: float) -> str:
+def _bet_side(prompt: str, side: str | None, fraction: float, style: str) -> str:
     """The format-only teacher's bet on `side` ("YES"/"NO") at `prompt`, or the clean wait (no side, nothing to
-    bet)."""
+    bet). A bare JSON action is canonical in the compact prompt style only; in the others the bet gets the
+    `<think>` block the reply format asks for, so the baseline is never a format error."""
     bet = FormatOnlyLLM(fraction=fraction).bet(prompt)
-    return WAIT_REPLY if bet is None or side is None else bet_reply(bet[0], side, bet[1])
+    if bet is None or side is None:
+        return WAIT_REPLY
+    action = bet_reply(bet[0], side, bet[1])
+    if style == "compact":
+        return action
+    return f"<think>{bet[0]} resolves soon, so I stake {fraction:.0%} of my cash on {side}.</think>\n{action}"
 
 
 def _evidence_side(prompt: str, env: RLAIFTextEnv) -> str | None:
@@ -61,9 +67,9 @@ def reply_at(name: str, prompt: str, env: RLAIFTextEnv, *, fraction: float = BET
     if name == "teacher":
         return ScriptedLLM().reply(prompt)
     if name == "informed":
-        return _bet_side(prompt, _evidence_side(prompt, env), fraction)
+        return _bet_side(prompt, _evidence_side(prompt, env), fraction, env.config.prompt_style)
     if name == "truth":
-        return _bet_side(prompt, _outcome_side(prompt, env), fraction)
+        return _bet_side(prompt, _outcome_side(prompt, env), fraction, env.config.prompt_style)
     raise ValueError(f"unknown baseline {name!r}; the baselines are {', '.join(BASELINES)}")
 
 

@@ -70,3 +70,15 @@ def test_an_unreachable_server_stops_an_episode_eval_before_it_plays(tmp_path):
     with pytest.raises(ConfigError, match=r"did not answer.*--base-url"):
         run_episode_eval(agent, eset, tmp_path / "down", command=["d"])
     assert not list(JsonlStore(tmp_path / "down" / "episodes").read())
+
+
+def test_the_baselines_bets_are_format_valid_in_the_full_prompt_style_too():
+    """The default world's full prompt style asks for a <think> block: a bare JSON bet would be a format error."""
+    from rlaif_gym.evals.episodes import play_baseline
+
+    eset = task_set("episodes-v1/default-a", points=2, overrides={"num_ticks": 48})
+    assert eset.config.prompt_style == "full"
+    for name in ("informed", "truth"):
+        values, _ = play_baseline(name, eset)
+        assert all(v["format_valid"] == 1.0 for v in values.values()), (name, values)
+    assert any(v["pnl"] != 0.0 for v in play_baseline("truth", eset)[0].values())  # it did bet
