@@ -32,6 +32,7 @@ Layer L3: imports numpy, the standard library and `rlaif_gym.trajectory` only.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -48,6 +49,7 @@ __all__ = [
     "Drawdown",
     "EpisodeLedger",
     "EpisodeMetrics",
+    "Interval",
     "PredictionScores",
     "Resolution",
     "RunMetrics",
@@ -58,6 +60,7 @@ __all__ = [
     "episode_metrics",
     "equity_curve",
     "format_rates",
+    "interval",
     "judge_score",
     "max_drawdown",
     "prediction_scores",
@@ -711,3 +714,30 @@ def to_jsonable(value: Any) -> Any:
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
     return value
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean over `n` values (points, episodes, groups) and its normal 95 % interval (NaN bounds with fewer than 2
+    values)."""
+
+    mean: float
+    ci95_low: float
+    ci95_high: float
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON: NaN becomes None."""
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
+
+
+def interval(values: Sequence[float]) -> Interval:
+    """The mean of `values` (one per independent unit: a point, an episode, a group) and its 95 % interval, mean ±
+    1.96 standard errors (the normal interval lm-eval-harness reports too)."""
+    if not values:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return Interval(mean, math.nan, math.nan, 1)
+    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values))
+    return Interval(mean, mean - half, mean + half, len(values))

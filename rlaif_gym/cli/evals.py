@@ -111,8 +111,8 @@ def evaluate(
     constrain: ConstrainMode = typer.Option(None, help="constrained decoding of the reply (server agents): gbnf, "
                                             "guided_json, response_format"),
     max_concurrent_calls: int = typer.Option(8, callback=_at_least(1), help="calls in flight"),
-    seed: int = typer.Option(0, callback=_at_least(0), help="run seed: each call's sampling seed derives from it "
-                             "and the point"),
+    seed: int = typer.Option(0, callback=_at_least(0), help="run seed (decision sets): each call's sampling seed "
+                             "derives from it and the point"),
     out: Path = typer.Option(Path("runs/eval"), file_okay=False, help="run folder: scorecard.json, scorecard.md, "
                              "replies.jsonl, points.jsonl, timing.json"),
     resume: bool = typer.Option(False, help="finish an interrupted eval in --out (same options)"),
@@ -149,6 +149,10 @@ def evaluate(
     if episodes and samples != 1:
         raise ConfigError(f"--samples: an episode set plays one episode per seed, got --samples {samples}; score more "
                           "episodes with --points")
+    if episodes and seed != 0:
+        raise ConfigError(f"--seed: in an episode set each call's sampling seed derives from its episode's seed and "
+                          f"tick, so --seed {seed} would change nothing; leave it out (pick other episodes with "
+                          "--seeds)")
     if episodes and judge is not EvalJudgeKind.none:
         raise ConfigError("--judge validates a judge on decision points: use a decisions-v1 set with --judge")
     constrained = constrain.value if constrain else None

@@ -92,9 +92,11 @@ def report(
     if (directory / "scorecard.json").is_file() and compare is None:
         from ..report.scorecard import write_scorecard_report
 
-        files = write_scorecard_report(directory, out)
         console.print(_outside((directory / "scorecard.md").read_text(encoding="utf-8")), highlight=False,
                       soft_wrap=True)
+        if not plots:
+            return
+        files = write_scorecard_report(directory, out)
         console.print(_outside(f"wrote {files.plot.name} and {files.html.name} to {files.html.parent} (open "
                                f"{files.html})"), highlight=False, soft_wrap=True)
         return

@@ -141,14 +141,13 @@ def ladder_trajectories(points: Sequence[DecisionPoint], replies: Mapping[str, S
         by_horizon.setdefault(p.resolution_horizon, []).append(i)
     for horizon, members in sorted(by_horizon.items()):
         chosen = [points[i] for i in members]
-        probe = RolloutCollector(_LadderAgent({}), env_config=chosen[0].config, group_size=len(rungs),
-                                 run_name=run_name)
-        slots = {i: _slots(len(rungs), points[i], seed) for i in members}
-        first = {f"{spec.trajectory_id}-t{group.fork_tick}": replies[rungs[slots[i][spec.member]]][i]
-                 for i, group in zip(members, probe.plan_decisions(chosen, horizon), strict=True)
-                 for spec in group.members}
-        collector = RolloutCollector(_LadderAgent(first), env_config=chosen[0].config, group_size=len(rungs),
+        agent = _LadderAgent({})
+        collector = RolloutCollector(agent, env_config=chosen[0].config, group_size=len(rungs),
                                      num_envs=len(rungs) * 4, run_name=run_name)
+        slots = {i: _slots(len(rungs), points[i], seed) for i in members}
+        agent.first = {f"{spec.trajectory_id}-t{group.fork_tick}": replies[rungs[slots[i][spec.member]]][i]
+                       for i, group in zip(members, collector.plan_decisions(chosen, horizon), strict=True)
+                       for spec in group.members}
         collector.collect_decisions(chosen, horizon=horizon)
         point_of = {f"{run_name}-s{points[i].seed}-t{points[i].tick}": i for i in members}
         for t in collector.trajectories:

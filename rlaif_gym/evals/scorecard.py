@@ -26,16 +26,15 @@ Layer L6 (evals): the standard library and `rlaif_gym.envs.decisions` only.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._version import __version__
 from ..envs.decisions import DecisionReply
 from ..errors import ConfigError
+from ..metrics import Interval, interval
 
 __all__ = ["EPISODE_METRICS", "METRICS", "SCORECARD_SCHEMA", "Interval", "build_scorecard", "compare_runs",
            "interval", "point_values", "scorecard_markdown"]
@@ -48,31 +47,6 @@ EPISODE_METRICS = ("pnl", "return", "format_valid", "executed")
 """The whole-episode metrics, in a scorecard's order."""
 _FORMATS = {"gain_over_wait": "{:+.4f}", "format_valid": "{:.0%}", "executed": "{:.0%}",
             "right_minus_wrong": "{:+.2f}", "pnl": "{:+,.0f}", "return": "{:+.3f}"}
-
-
-@dataclass(frozen=True)
-class Interval:
-    """A mean over `n` points and its normal 95 % interval (NaN bounds with fewer than 2 points)."""
-
-    mean: float
-    ci95_low: float
-    ci95_high: float
-    n: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """As JSON: NaN becomes None."""
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in self.__dict__.items()}
-
-
-def interval(values: Sequence[float]) -> Interval:
-    """The mean of `values` (one per point) and its 95 % interval, mean ± 1.96 standard errors."""
-    if not values:
-        return Interval(math.nan, math.nan, math.nan, 0)
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return Interval(mean, math.nan, math.nan, 1)
-    half = 1.96 * statistics.stdev(values) / math.sqrt(len(values))
-    return Interval(mean, mean - half, mean + half, len(values))
 
 
 def reply_metrics(reply: DecisionReply) -> dict[str, float]:

@@ -65,6 +65,7 @@ from ..envs.rlaif_env import EnvSnapshot
 from ..envs.text_env import RLAIFTextEnv
 from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded, RLAIFError, install_hint
 from ..llm.scripted import ScriptedLLM
+from ..metrics import interval
 
 try:
     import datasets
@@ -633,14 +634,12 @@ def evaluate_decisions(points: Sequence[DecisionPoint], generate: TokenGenerator
 
 
 def _clustered(values: Sequence[float], clusters: Sequence[int]) -> tuple[float, float]:
-    """Mean of per-cluster means and the half-width of its 95 % interval (normal, over clusters)."""
+    """Mean of per-cluster means and the half-width of its 95 % interval (`metrics.interval`, over clusters)."""
     groups: dict[int, list[float]] = {}
     for v, c in zip(values, clusters, strict=True):
         groups.setdefault(c, []).append(v)
-    means = [statistics.fmean(g) for g in groups.values()]
-    if len(means) < 2:
-        return (means[0] if means else float("nan")), float("nan")
-    return statistics.fmean(means), 1.96 * statistics.stdev(means) / len(means) ** 0.5
+    iv = interval([statistics.fmean(g) for g in groups.values()])
+    return iv.mean, (iv.ci95_high - iv.ci95_low) / 2
 
 
 def decision_table(results: Mapping[str, Sequence[DecisionReply]], *, baseline: str | None = None) -> str:

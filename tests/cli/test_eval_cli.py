@@ -44,6 +44,7 @@ BAD = {
     "compare-no-eval": (["eval", "compare", "{tmp}/a", "{tmp}/b"], "no finished eval"),
     "episodes-samples": (["eval", "--task-set", "episodes-v1/decision-world-a", "--samples", "2"], "--samples"),
     "episodes-judge": (["eval", "--task-set", "episodes-v1/default-a", "--judge", "rule"], "decisions-v1"),
+    "episodes-seed": (["eval", "--task-set", "episodes-v1/default-a", "--seed", "3"], "--seed"),
 }
 
 
