@@ -12,9 +12,9 @@ PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.demo-installed
 QUICK_STAMP := $(VENV)/.quick-installed
-QUICK_TESTS := tests/sim tests/encoding tests/envs tests/rewards tests/judge tests/rollout tests/storage \
-	tests/metrics tests/report tests/babylon tests/test_bad_input.py tests/test_cli_errors.py tests/test_layering.py \
-	tests/test_docs_links.py tests/test_ruff.py
+QUICK_TESTS := tests/sim tests/encoding tests/envs tests/rewards tests/judge tests/llm tests/llm_judge tests/rollout \
+	tests/storage tests/metrics tests/report tests/babylon tests/test_bad_input.py tests/cli/test_cli_errors.py \
+	tests/test_layering.py tests/test_docs_links.py tests/test_ruff.py
 
 .PHONY: demo demo-llm numeric-demo test test-quick venv baselines ranking clean
 

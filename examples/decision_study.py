@@ -40,7 +40,7 @@ import tyro
 from rlaif_gym import RLAIFEnvConfig, RLAIFTextEnv
 from rlaif_gym.envs.decisions import DECISION_WORLD, TRAIN_SEEDS, WAIT_REPLY, DecisionPoint, decision_points
 from rlaif_gym.llm import ScriptedLLM
-from rlaif_gym.sim import GROUP_NAMES, NEWS_SOURCES, NPC_ROSTER, NpcBehaviour, npc_name
+from rlaif_gym.sim import GROUP_NAMES, NEWS_SOURCES, NPC_ROSTER, POST_HONESTY, NpcBehaviour, npc_name
 
 
 @dataclass
@@ -233,8 +233,9 @@ def study(first: int, index: int, config: RLAIFEnvConfig, market_config: RLAIFEn
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     reliability = {**{name: f"{r:.2f}" for name, r in NEWS_SOURCES},
                    **{f"group tips ({name})": f"{r:.2f}" for name, r in GROUP_NAMES},
-                   "NPC posts (all)": "0.2-0.8", "  posts by informed NPCs": "0.80", "  posts by deceiver NPCs": "0.20",
-                   "  posts by noise NPCs": "0.50", "  posts by momentum NPCs": "0.50", OUTCOME_ROW: "1.00"}
+                   "NPC posts (all)": f"{min(POST_HONESTY):.1f}-{max(POST_HONESTY):.1f}",
+                   **{f"  posts by {kind} NPCs": f"{POST_HONESTY[code]:.2f}" for code, kind in BEHAVIOURS.items()},
+                   OUTCOME_ROW: "1.00"}
     names = set(tally) | set(episodes)
     order = [name for name, _ in NEWS_SOURCES] + ["NPC posts (all)"] + sorted(
         k for k in names if k.startswith("  posts")) + sorted(k for k in names if k.startswith("group")) + [OUTCOME_ROW]

@@ -3,6 +3,7 @@
     python examples/train_trl_grpo.py --smoke           # CI size: every stage runs (minutes), nothing is learned
     python examples/train_trl_grpo.py                   # the docs' run (docs/trl.md: its table, curve, time, memory)
     python examples/train_trl_grpo.py --rl grpo         # the sampled variant: TRL's GRPOTrainer instead
+    python examples/train_trl_grpo.py --baselines-only  # the held-out sets' reference columns only (no model, seconds)
     python examples/train_trl_grpo.py --device cuda --rl grpo --grpo-steps 400 --prompts-per-step 16   # on a GPU
 
 One file, top to bottom (CleanRL style). The recipe (docs/trl.md gives each choice's measurements):
@@ -30,7 +31,9 @@ One file, top to bottom (CleanRL style). The recipe (docs/trl.md gives each choi
      groups; zero-variance groups dropped and counted.
 5. **Evaluation** of every model by its own greedy free-text reply at each held-out point, sent to the env and
    scored against a wait on the same state (never the enumerated scores), beside the teachers' replies at the
-   same points (the format-only teacher, the full scripted teacher) and the hindsight bet on the drawn outcome.
+   same points (the format-only teacher, the full scripted teacher), the calibrated evidence rule (the format-only
+   teacher's bet on the side of the feed's log-odds at each source's true reliability: the ceiling of a side learner
+   that reads the prompt) and the hindsight bet on the drawn outcome.
    `results.json` has, per held-out set, the paired differences (trained - SFT, - format-only teacher,
    - scripted teacher) with 95 % intervals over points; a PNG of the training curve is written beside it.
 
@@ -113,7 +116,7 @@ class Args:
     held-out points or more, on every set: RL that breaks the reply's form is a failed run."""
     min_bet_share: float = 0.9
     """Stop before RL unless the SFT model's greedy replies bet at this share of held-out points or more."""
-    epochs: int = 2
+    epochs: int = 3
     """--rl exact: passes over the training points."""
     points_per_step: int = 8
     """--rl exact: decision points per optimizer step."""
@@ -157,6 +160,9 @@ class Args:
     """Where to write results.json (default: --out/results.json)."""
     smoke: bool = False
     """CI size: every stage end to end (both RL variants, a few points, 2 steps each), not learning."""
+    baselines_only: bool = False
+    """Only the held-out sets' reference columns (the teachers, the calibrated evidence rule, the hindsight bet) and
+    their paired differences: no model is loaded or trained (seconds)."""
 
 
 SMOKE_NOTE = ("--smoke checks the wiring, not learning: every stage runs end to end (SFT, both RL variants, the "
@@ -343,6 +349,13 @@ def paired(a: list[DecisionReply], b: list[DecisionReply]) -> dict[str, float]:
     return interval([x.gain - y.gain for x, y in zip(a, b, strict=True)]).to_dict()
 
 
+def reference_pairs(cols: dict[str, list[DecisionReply]]) -> dict[str, dict[str, float]]:
+    """The headroom of a side learner at these points: the calibrated evidence rule and the scripted teacher, each
+    minus the format-only teacher (paired, point by point)."""
+    return {"calibrated_minus_format_teacher": paired(cols["calibrated evidence rule"], cols["format-only teacher"]),
+            "scripted_teacher_minus_format_teacher": paired(cols["scripted teacher"], cols["format-only teacher"])}
+
+
 def plot_curve(curves: dict[str, list[dict[str, float]]], path: Path) -> None:
     """Mean return per update and the zero-variance share, one line per RL variant (matplotlib, off-screen)."""
     import matplotlib
@@ -374,16 +387,11 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stages: dict[str, float] = {}
 
     def stage(name: str, t0: float) -> None:
         stages[name] = time.perf_counter() - t0
         print(f"[{name}: {stages[name]:.0f} s]", flush=True)
-
-    # -- the model: the shipped GGUF, dequantised to float32 by transformers
-    model, tokenizer = load_gguf_policy()
-    model.to(args.device)
 
     # -- decision points in the compact prompt style: training seeds, and two disjoint held-out sets
     t0 = time.perf_counter()
@@ -394,10 +402,7 @@ def main() -> int:
     spare = args.eval_points // 4 + 8  # a few seeds have no qualifying tick
     held_out = {start: find(range(start, start + args.eval_points + spare))[:args.eval_points]
                 for start in args.held_out_seeds}
-    tokens = [len(tokenizer.apply_chat_template(decision_messages(p), add_generation_prompt=True, tokenize=True,
-                                                return_dict=False)) for p in train_points[:100]]
-    print(f"{len(train_points)} training decision points, held out {[len(p) for p in held_out.values()]}; a prompt "
-          f"is {statistics.median(tokens):.0f} tokens chat-templated ({min(tokens)}-{max(tokens)})")
+    print(f"{len(train_points)} training decision points, held out {[len(p) for p in held_out.values()]}")
     stage("decision points", t0)
 
     # -- the teachers and the ceiling, on the held-out points
@@ -409,9 +414,26 @@ def main() -> int:
             points, [(i, format_teacher_reply(teacher, p, args.seed)) for i, p in enumerate(points)])
         columns[start]["scripted teacher"] = score_decision_replies(
             points, [(i, baseline_reply("teacher", p)) for i, p in enumerate(points)])
+        columns[start]["calibrated evidence rule"] = score_decision_replies(
+            points, [(i, baseline_reply("calibrated", p, fraction=args.fraction)) for i, p in enumerate(points)])
         columns[start]["hindsight (drawn outcome)"] = score_decision_replies(
             points, [(i, baseline_reply("truth", p, fraction=args.fraction)) for i, p in enumerate(points)])
     stage("teachers' replies", t0)
+    if args.baselines_only:
+        for start, cols in columns.items():
+            print(f"\n**Held-out set: seeds from {start:,}** ({len(held_out[start])} points, one reply each)\n")
+            print(decision_table(cols, baseline="format-only teacher"))
+            for name, d in reference_pairs(cols).items():
+                print(f"  {name}: {d['mean']:+.4f} [{d['ci95_low']:+.4f}, {d['ci95_high']:+.4f}] (n={d['n']})")
+        return 0
+
+    # -- the model: the shipped GGUF, dequantised to float32 by transformers
+    out.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = load_gguf_policy()
+    model.to(args.device)
+    tokens = [len(tokenizer.apply_chat_template(decision_messages(p), add_generation_prompt=True, tokenize=True,
+                                                return_dict=False)) for p in train_points[:100]]
+    print(f"a prompt is {statistics.median(tokens):.0f} tokens chat-templated ({min(tokens)}-{max(tokens)})")
 
     def evaluate_all(column: str) -> None:
         t = time.perf_counter()
@@ -483,6 +505,8 @@ def main() -> int:
             "paired": {"trained_minus_sft": paired(t, cols["after SFT"]),
                        "trained_minus_format_teacher": paired(t, cols["format-only teacher"]),
                        "trained_minus_scripted_teacher": paired(t, cols["scripted teacher"]),
+                       "trained_minus_calibrated_rule": paired(t, cols["calibrated evidence rule"]),
+                       **reference_pairs(cols),
                        **({"grpo_minus_sft": paired(cols[TRAINED["grpo"]], cols["after SFT"])}
                           if "grpo" in variants and main_variant != "grpo" else {})},
             "format_valid": summary(t)["format_valid"],

@@ -192,7 +192,7 @@ def bench_vector(sizes=(1, 64, 1024, 16384), seconds: float = 1.0, repeats: int 
             "memory_per_env": memory_per_env(tuple(n for n in sizes if n >= 1024) or (max(sizes),), backend)}
 
 
-# The speed targets each row is read against (issue 17), printed beside the measurements.
+# The speed targets each row is read against (docs/benchmarks.md), printed beside the measurements.
 SINGLE_TARGET = 0.5
 """Single env through gym.make: at least this fraction of CartPole-v1's steps/s."""
 NATIVE_TARGETS = {1024: "≥ 0.05x CartPole", 16384: "≤ 1.2 us per world-tick"}

@@ -204,7 +204,7 @@ class LateBlindBuyer(BaselineAgent):
 
     Its expected PnL is at most 0 when equity is what the holdings would fetch if sold now (every buy pays
     the fee and slippage twice over). Marked at the price its own buying made, it showed a profit in
-    88-98 % of held-out episodes (issue 28).
+    most held-out episodes (docs/reward.md).
     """
 
     def _act(self, obs, state):

@@ -1,11 +1,23 @@
-"""Shared fixtures. Every test runs offline on the embedded defaults."""
+"""Shared fixtures. Every test runs offline on the embedded defaults.
+
+`tests/support/` holds what several test folders share: the fake OpenAI-compatible server (`fake_server`, whose
+fixture is offered to every test here), the fake judge server (`judge_server`) and the checks of a run's files
+(`rollout_checks`); it is put on `sys.path` once, here, so a test module imports them by name.
+"""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
 
 import rlaif_gym  # noqa: F401  (registers RLAIF-v0)
+
+sys.path.insert(0, str(Path(__file__).parent / "support"))
+
+from fake_server import fake_server  # noqa: F401  (the fixture, offered to every test)
 
 
 @pytest.fixture

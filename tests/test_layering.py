@@ -1,36 +1,42 @@
-"""Imports flow downward (docs/layout.md ("Import layers")): the sim imports only numpy and the standard library.
+"""Imports flow downward (docs/layout.md ("Import layers")), with no circle, and the sim imports only numpy.
 
-Walks the AST of every module; fails on an upward or sideways import inside the package, and on
-any third-party import in `rlaif_gym/sim` other than numpy. The table of layers names only modules
-that exist, every module has a layer, and docs/layout.md shows the same table.
+The layers are declared once, as import-linter contracts in pyproject.toml: this module runs them, checks that
+they catch an upward import and a circle (on a copy of the package with one added), that every module has a
+layer, and that docs/layout.md shows the same table. It also walks the AST of every module for what the
+contracts do not cover: third-party imports of the low layers and imports of the package root.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: import-linter brings tomli there
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "rlaif_gym"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+CONTRACTS = {c["id"]: c for c in PYPROJECT["tool"]["importlinter"]["contracts"]}
 
-# Layer of each top-level module or subpackage of rlaif_gym (docs/layout.md ("Import layers")).
-LAYERS = {
-    "errors": -1, "_version": -1, "config": 0,  # errors is the floor: every module, config included, may raise them
-    "sim": 1, "trajectory": 1,
-    "encoding": 2, "llm": 2, "storage": 2,
-    "babylon": 2,  # the port of the original's formulas: below rewards and judge, which forward its names
-    "rewards": 3, "agents": 3, "judge": 3,
-    "envs": 4, "llm_judge": 4,
-    "rollout": 5,
-    # cli is the top: it composes everything, the L6 integrations (e.g. serve-local) included.
-    "cli": 7, "integrations": 6, "benchmark": 5, "ranking": 6,
-    "rlaif_env": 6, "rollout_generator": 6, "metrics": 3, "report": 6, "evals": 6,
-    "__main__": 8,  # python -m rlaif_gym: the command line
-}
+
+def _layers() -> dict[str, int]:
+    """The layer of each top-level module or subpackage, from the layers contract: the last line is the floor
+    (-1), the one above it L0, and so on up."""
+    lines = CONTRACTS["layers"]["layers"]
+    return {name.strip(): len(lines) - 2 - i for i, line in enumerate(lines) for name in line.split("|")}
+
+
+LAYERS = _layers()
 THIRD_PARTY_BY_LAYER = {0: {"pydantic"}, 1: {"numpy", "numba", "pydantic"}}
 # The trajectory schema is pydantic + stdlib only (readers and storage pull in nothing heavy).
 SCHEMA_MODULES = {"trajectory"}
@@ -86,18 +92,51 @@ def _imports(path: Path):
                 yield node.module
 
 
+def _lint_imports(cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    lint = Path(sys.executable).with_name("lint-imports")
+    return subprocess.run([str(lint), "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_import_contracts_hold():
+    proc = _lint_imports(ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "2 kept, 0 broken" in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize(("module", "added", "broken"), [
+    ("sim/engine.py", "from ..envs import rlaif_env", "imports flow downward"),          # L1 imports L4
+    ("judge/rules.py", "from .. import rewards", "imports flow downward"),              # sideways in L3
+    ("envs/snapshot.py", "from . import rlaif_env", "no import circle"),                # rlaif_env imports snapshot
+])
+def test_the_contracts_fail_on_an_upward_import_or_a_circle(tmp_path, module, added, broken):
+    """The same contracts, run on a copy of the package (under another name, so the installed package is not
+    what they read) with one import added: each breaks the contract it should, and the copy without it keeps
+    both."""
+    probe = tmp_path / "rlaif_gym_probe"
+    shutil.copytree(PKG, probe, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    config = (ROOT / "pyproject.toml").read_text()
+    config = config[config.index("[tool.importlinter]"):config.index("[tool.pytest.ini_options]")]
+    (tmp_path / "pyproject.toml").write_text(re.sub(r'"rlaif_gym"', '"rlaif_gym_probe"', config))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    clean = _lint_imports(tmp_path, env)
+    assert clean.returncode == 0 and "2 kept, 0 broken" in clean.stdout, clean.stdout[-3000:] + clean.stderr[-2000:]
+    target = probe / module
+    target.write_text(target.read_text() + f"\n{added}  # noqa\n")
+    proc = _lint_imports(tmp_path, env)
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    assert re.search(rf"{re.escape(broken)}.* BROKEN", proc.stdout), proc.stdout[-3000:]  # (an upward import
+    # makes a circle too, so it may break both)
+
+
 @pytest.mark.parametrize(("top", "path"), list(_modules()), ids=lambda x: str(x).split("rlaif_gym/")[-1])
-def test_imports_flow_downward(top, path):
+def test_low_layers_import_little_and_nothing_imports_the_root(top, path):
+    """What the contracts do not cover: the third-party packages the low layers may import, and no import of the
+    package root (it loads the public names; a module imports the module it needs)."""
     layer = LAYERS[top]
     for name in _imports(path):
         parts = name.split(".")
         if parts[0] == "rlaif_gym":
-            if len(parts) == 1:
-                pytest.fail(f"{path.name} imports the package root; import the module it needs")
-            target = parts[1]
-            if target == top:
-                continue
-            assert LAYERS[target] < layer, f"{path} (L{layer}) imports rlaif_gym.{target} (L{LAYERS[target]})"
+            assert len(parts) > 1, f"{path.name} imports the package root; import the module it needs"
         elif parts[0] not in sys.stdlib_module_names and layer in THIRD_PARTY_BY_LAYER:
             assert parts[0] in THIRD_PARTY_BY_LAYER[layer], f"{path} (L{layer}) imports {name}"
 

@@ -1,6 +1,6 @@
 r"""The original Babylon quality heuristics, reproduced as pure functions for comparability.
 
-Design note. This module (formerly `judge.legacy`, which still forwards to it) ports three files of
+Design note. This module (`judge.legacy` forwards to it, for old imports) ports three files of
 the original training pipeline (`quality_utils.py`, `format_validator.py`, `quality_scorer.py`;
 docs/babylon.md ("The original's quality heuristics")) so that scores produced in rlaif_gym can be
 set beside the original's, number for number. It is *not* the judge that rlaif_gym trains with: the

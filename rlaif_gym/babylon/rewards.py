@@ -1,4 +1,4 @@
-"""The original system's reward helpers, with its defects fixed (the port; formerly `rewards.original`).
+"""The original system's reward helpers, with its defects fixed (the port; `rewards.original` forwards to it).
 
 This module's one job is to reproduce the original's trajectory- and tick-level reward formulas
 (docs/babylon.md ("The original's reward formulas", "The original's ranking helpers")) as plain

@@ -1,12 +1,11 @@
 """A numba-compiled `encode_observations` for the compiled world backend (`backend="numba"`).
 
 `observation.encode_observations` stays the reference. Building the observation from numpy
-temporaries costs about as much as the compiled world step itself (at 16,384 worlds: 28 ms against
-45 ms); one loop per world that writes each feature straight into the output removes the
-temporaries. Same features, same formulas, same clipping; equity and exposure come from the world
-kernel's own accounting helpers, so they sum in numpy's order. tanh and log may differ from numpy's
-in the last bit, which the float32 cast hides almost always (tests/encoding/test_fast_observation.py
-checks agreement to 1e-6).
+temporaries costs about as much as the compiled world step itself (docs/benchmarks.md); one loop per
+world that writes each feature straight into the output removes the temporaries. Same features, same
+formulas, same clipping; equity and exposure come from the world kernel's own accounting helpers, so
+they sum in numpy's order. tanh and log may differ from numpy's in the last bit, which the float32
+cast hides almost always (tests/encoding/test_fast_observation.py checks agreement to 1e-6).
 """
 
 from __future__ import annotations

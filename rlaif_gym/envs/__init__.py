@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # for type checkers and API docs: the same names, imported ea
     from .core import RLAIFCore, world_params
     from .evaluate import EpisodeStats, evaluate_policy, seed_keys
     from .multi_agent import RLAIFMultiAgentEnv
-    from .rlaif_env import EnvSnapshot, RLAIFEnv
+    from .rlaif_env import RLAIFEnv
+    from .snapshot import EnvSnapshot
     from .text_env import RLAIFTextEnv, warm_up
     from .vector_env import RLAIFVectorEnv
 
@@ -23,7 +24,7 @@ _WHERE = {
     "RLAIFCore": "core", "world_params": "core",
     "EpisodeStats": "evaluate", "evaluate_policy": "evaluate", "seed_keys": "evaluate",
     "RLAIFMultiAgentEnv": "multi_agent",
-    "EnvSnapshot": "rlaif_env", "RLAIFEnv": "rlaif_env",
+    "EnvSnapshot": "snapshot", "RLAIFEnv": "rlaif_env",
     "RLAIFTextEnv": "text_env", "warm_up": "text_env",
     "RLAIFVectorEnv": "vector_env",
 }
@@ -46,6 +47,8 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
+        if name == "EnvSnapshot":  # its bytes name the face that wrote them: both register with the codec on import
+            importlib.import_module(".text_env", __name__)
         value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
         globals()[name] = value  # later lookups skip this function
         return value

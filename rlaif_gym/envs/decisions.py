@@ -15,7 +15,7 @@ replies, as the verifiers adapter stores forks), its `EnvSnapshot` (for `set_sta
 dataset row), the prompt and the qualifying markets. Train and held-out sets come from disjoint seed
 ranges (`TRAIN_SEEDS`, `HELD_OUT_SEEDS`).
 
-A search plays up to `num_ticks` ticks per seed (about 1 ms each), and options that never qualify play them
+A search plays up to `num_ticks` ticks per seed, and options that never qualify play them
 all: a caller that serves other people's requests bounds it with `max_ticks_searched`, `deadline` and
 `cancel` (the OpenEnv server does, docs/openenv.md), and gets a `SearchLimitError` past them.
 
@@ -44,7 +44,7 @@ from ..errors import ConfigError, SearchCancelled, SearchLimitError
 from ..llm.scripted import ScriptedLLM
 from .core import world_params
 from .inputs import MAX_SEED, check_config, check_int, check_seeds
-from .rlaif_env import EnvSnapshot
+from .snapshot import EnvSnapshot
 from .text_env import RLAIFTextEnv
 
 __all__ = ["DECISION_WORLD", "HELD_OUT_SEEDS", "TRAIN_SEEDS", "WAIT_REPLY", "DecisionPoint", "DecisionReply",

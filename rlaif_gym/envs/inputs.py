@@ -21,8 +21,7 @@ import numpy as np
 from ..config import _MAX_TICKS as _CONFIG_MAX_TICKS
 from ..config import RLAIFEnvConfig
 from ..errors import ConfigError
-from .rlaif_env import EnvSnapshot
-from .snapshot import SnapshotFormatError
+from .snapshot import EnvSnapshot, SnapshotFormatError
 
 __all__ = ["MAX_SEED", "MAX_TICKS", "check_config", "check_int", "check_items", "check_seed", "check_seeds",
            "check_snapshot", "check_ticks"]

@@ -33,7 +33,7 @@ from ..sim.multi import Accounts, agent_order, step_agents
 from .behavior import BehaviorTracker
 from .core import check_numeric_action, world_params
 from .glue import check_archetype, check_reply, decode_reply, step_feedback, step_info
-from .rlaif_env import EnvSnapshot
+from .snapshot import EnvSnapshot
 from .text_env import MAX_PROMPT_CHARS, MAX_REPLY_SAMPLE_CHARS, describe_outcome
 
 __all__ = ["RLAIFMultiAgentEnv"]

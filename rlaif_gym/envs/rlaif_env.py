@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -22,62 +21,14 @@ from .behavior import BatchBehavior
 from .core import CoreStep, RLAIFCore, check_numeric_action, check_reset_options
 from .dashboard import render_ansi, render_chart
 from .glue import feedback_of, reset_infos, step_feedback, step_info
+from .snapshot import EnvSnapshot, SnapshotReader, register_snapshot_class, tracker_dict
 
-__all__ = ["EnvSnapshot", "RLAIFEnv"]
+__all__ = ["EnvSnapshot", "RLAIFEnv"]  # EnvSnapshot lives in envs.snapshot; this path is kept for old imports
 
 _INT64 = np.dtype(np.int64)  # numpy's builtin dtypes are singletons: `is` is the cheap test
 
 
-@dataclass(frozen=True)
-class EnvSnapshot:
-    """Everything an episode of `RLAIFEnv` (or a subclass) depends on at one tick, as deep copies.
-
-    Made by `env.get_state()`, consumed by `env.set_state()` and `env.fork()`. Restoring never
-    modifies the snapshot, so one snapshot can seed any number of branches. `to_bytes()` /
-    `from_bytes()` carry it out of the process as plain data (`envs.snapshot`: arrays and JSON, never
-    pickle), checked on the way back in; an env restored from the bytes steps bit-identically.
-
-    Attributes:
-        env_class: the class that made it (a text env's snapshot carries its prompt and view).
-        config: the env's config; a snapshot only restores into an env with an equal config.
-        world: the world state (B = 1), ground truth and world key included.
-        np_random: the env's generator (it draws the keys of later resets).
-        np_random_seed: the seed of the last `reset(seed=...)`, as Gymnasium reports it.
-        fields: the env's per-episode bookkeeping (feedback, done flag, behaviour tracker, render
-            history; for the text face also the current view, prompt and numeric observation).
-    """
-
-    env_class: type
-    config: RLAIFEnvConfig
-    world: sim.WorldState
-    np_random: np.random.Generator
-    np_random_seed: int | None
-    fields: dict[str, Any]
-
-    @property
-    def tick(self) -> int:
-        """The tick the snapshot was taken at."""
-        return int(self.world.tick[0])
-
-    def to_bytes(self) -> bytes:
-        """This snapshot as data-only bytes (see `rlaif_gym.envs.snapshot`); `from_bytes` reads them back."""
-        from .snapshot import encode_snapshot
-
-        return encode_snapshot(self)
-
-    @classmethod
-    def from_bytes(cls, data: bytes, *, env_class: type | None = None) -> EnvSnapshot:
-        """The snapshot `to_bytes` wrote, fully checked; `SnapshotFormatError` says what is wrong otherwise.
-
-        Args:
-            data: the bytes.
-            env_class: the class the snapshot must come from (None: either face).
-        """
-        from .snapshot import decode_snapshot
-
-        return decode_snapshot(data, env_class=env_class)[0]
-
-
+@register_snapshot_class
 class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     """A Babylon-style world of prediction markets, perpetual futures, NPC traders, news and a social feed.
 
@@ -187,6 +138,8 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     """
 
     _SNAPSHOT_FIELDS: ClassVar[tuple[str, ...]] = ("_feedback", "_done", "_prices", "_equity", "_behavior")
+    _SNAPSHOT_ARRAYS: ClassVar[tuple[str, ...]] = ("prices",)
+    """The arrays a snapshot's bytes carry beside the world's (`envs.snapshot`): the render history of YES prices."""
     """Per-episode attributes besides the world and the generator that `get_state` copies."""
 
     metadata: ClassVar[dict[str, Any]] = {
@@ -357,6 +310,49 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         self._np_random_seed = snapshot.np_random_seed
         for name, value in copy.deepcopy(snapshot.fields).items():
             setattr(self, name, value)
+
+    @classmethod
+    def _encode_snapshot_fields(cls, snapshot: EnvSnapshot) -> tuple[dict[str, Any], list[tuple[str, np.ndarray]]]:
+        """This env's bookkeeping as plain JSON and arrays, for `EnvSnapshot.to_bytes` (`envs.snapshot`)."""
+        f = snapshot.fields
+        num_markets = snapshot.world.pm_yes.shape[1]
+        prices = np.array(f["_prices"], dtype=np.float64).reshape(len(f["_prices"]), num_markets)
+        behavior = f["_behavior"]
+        header = {"feedback": f["_feedback"], "done": bool(f["_done"]),
+                  "equity_history": [float(v) for v in f["_equity"]],
+                  "behavior": None if behavior is None else [tracker_dict(t) for t in behavior.trackers]}
+        return header, [("prices", prices)]
+
+    @classmethod
+    def _decode_snapshot_fields(cls, reader: SnapshotReader) -> dict[str, Any]:
+        """This env's bookkeeping back from a snapshot's bytes, each field checked against the world: the render
+        history (prices in [0, 1], equity within the world's money, one entry of each per tick), the done flag,
+        the behaviour tracker and the feedback."""
+        f, params, tick = reader.fields, reader.params, reader.tick
+        prices = reader.arrays["prices"]
+        if prices.ndim != 2 or prices.shape[0] > tick + 1 or prices.shape[1] != params.num_markets \
+                or not ((prices >= 0) & (prices <= 1)).all():
+            raise reader.fail(f"the price history must hold YES prices in [0, 1], of shape (n <= {tick + 1}, "
+                              f"{params.num_markets}) at tick {tick}")
+        equity = reader.floats(f.get("equity_history"), "fields.equity_history (USD)", len(prices), 0.0, reader.usd)
+        if len(equity) != len(prices):
+            raise reader.fail(f"the equity history has {len(equity)} entries and the price history {len(prices)}: "
+                              "one of each is recorded per tick")
+        done = f.get("done")
+        if not isinstance(done, bool) or (tick >= params.num_ticks and not done):
+            raise reader.fail(f"fields.done must be true or false (true at tick num_ticks = {params.num_ticks}), "
+                              f"got {str(done)[:20]} at tick {tick}")
+        behavior = f.get("behavior")
+        if (behavior is None) != (reader.archetype is None):
+            raise reader.fail(f"the behaviour trackers do not match the config's archetype ({reader.archetype!r})")
+        batch = None
+        if behavior is not None:
+            if not isinstance(behavior, list) or len(behavior) != 1:
+                raise reader.fail("fields.behavior must list one tracker")
+            batch = BatchBehavior(reader.archetype, 1)
+            batch.trackers = [reader.tracker(behavior[0])]
+        return {"_feedback": reader.feedback(f.get("feedback")), "_done": done, "_prices": list(prices),
+                "_equity": equity, "_behavior": batch}
 
     def fork(self, k: int) -> list[RLAIFEnv]:
         """`k` new envs of this class and config, each continuing this episode from the current tick.

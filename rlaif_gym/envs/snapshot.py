@@ -9,8 +9,12 @@ one must never run anything it carries, so the encoding holds only plain data, r
 The header names the format and its version, the package version that wrote it, the env class
 (``RLAIFEnv`` or ``RLAIFTextEnv``), the config, the generator's state, the env's bookkeeping fields
 and, for each array, its name, dtype and shape. Every array is one `WorldState` field (B = 1), plus
-the render history and, for the text face, the current numeric observation. The text face's view is
-not stored: it is a function of the world (`build_view`), rebuilt on decode.
+the env's own arrays (the render history and, for the text face, the current numeric observation).
+
+This module holds `EnvSnapshot` and the codec, and imports no env: each env class that can leave the
+process registers itself (`register_snapshot_class`) and encodes and checks its own bookkeeping fields
+(`_encode_snapshot_fields`, `_decode_snapshot_fields`, through a `SnapshotReader`), so the codec
+never reads an env's private fields and the import graph has no circle.
 
 Decoding checks everything before anything uses it: sizes (`MAX_SNAPSHOT_BYTES`, the decompressed size
 too), the header's JSON depth (and no NaN or Infinity, which JSON does not have), the config
@@ -32,26 +36,25 @@ import json
 import math
 import struct
 import zlib
-from dataclasses import fields
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
 
 import numpy as np
 
 from .. import sim
 from .._version import __version__
 from ..config import RLAIFEnvConfig
-from ..encoding import feature_layout
-from ..encoding.view import build_view
 from ..errors import ConfigError, RLAIFError
 from ..rewards.archetypes import normalize_archetype
 from ..sim import bounds
 from ..sim.validate import check_state
 from ..trajectory import storable_text
-from .behavior import BatchBehavior, BehaviorTracker
+from .behavior import BehaviorTracker
 from .core import world_params
 
-__all__ = ["MAX_SNAPSHOT_BYTES", "SNAPSHOT_FORMAT", "SNAPSHOT_FORMAT_VERSION", "SnapshotFormatError",
-           "check_number", "check_text", "decode_snapshot", "encode_snapshot"]
+__all__ = ["MAX_SNAPSHOT_BYTES", "SNAPSHOT_FORMAT", "SNAPSHOT_FORMAT_VERSION", "EnvSnapshot", "SnapshotFormatError",
+           "SnapshotReader", "check_number", "check_text", "decode_snapshot", "encode_snapshot",
+           "register_snapshot_class"]
 
 SNAPSHOT_FORMAT = "rlaif-env-snapshot"
 SNAPSHOT_FORMAT_VERSION = 1
@@ -75,10 +78,89 @@ class SnapshotFormatError(RLAIFError, ValueError):
     """Bytes that are not a snapshot this reader can restore; the message says what was wrong."""
 
 
+@dataclass(frozen=True)
+class EnvSnapshot:
+    """Everything an episode of `RLAIFEnv` (or a subclass) depends on at one tick, as deep copies.
+
+    Made by `env.get_state()`, consumed by `env.set_state()` and `env.fork()`. Restoring never
+    modifies the snapshot, so one snapshot can seed any number of branches. `to_bytes()` /
+    `from_bytes()` carry it out of the process as plain data (this module: arrays and JSON, never
+    pickle), checked on the way back in; an env restored from the bytes steps bit-identically.
+
+    Attributes:
+        env_class: the class that made it (a text env's snapshot carries its prompt and view).
+        config: the env's config; a snapshot only restores into an env with an equal config.
+        world: the world state (B = 1), ground truth and world key included.
+        np_random: the env's generator (it draws the keys of later resets).
+        np_random_seed: the seed of the last `reset(seed=...)`, as Gymnasium reports it.
+        fields: the env's per-episode bookkeeping (feedback, done flag, behaviour tracker, render
+            history; for the text face also the current view, prompt and numeric observation).
+    """
+
+    env_class: type
+    config: RLAIFEnvConfig
+    world: sim.WorldState
+    np_random: np.random.Generator
+    np_random_seed: int | None
+    fields: dict[str, Any]
+
+    @property
+    def tick(self) -> int:
+        """The tick the snapshot was taken at."""
+        return int(self.world.tick[0])
+
+    def to_bytes(self) -> bytes:
+        """This snapshot as data-only bytes (see `rlaif_gym.envs.snapshot`); `from_bytes` reads them back."""
+        return encode_snapshot(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, env_class: type | None = None) -> EnvSnapshot:
+        """The snapshot `to_bytes` wrote, fully checked; `SnapshotFormatError` says what is wrong otherwise.
+
+        Args:
+            data: the bytes.
+            env_class: the class the snapshot must come from (None: any registered class, both faces once
+                `rlaif_gym.envs` has given out either).
+        """
+        return decode_snapshot(data, env_class=env_class)[0]
+
+
+class SnapshotClass(Protocol):
+    """What an env class gives the codec to leave the process (`register_snapshot_class`)."""
+
+    __name__: str
+    _SNAPSHOT_ARRAYS: tuple[str, ...]
+
+    @classmethod
+    def _encode_snapshot_fields(cls, snapshot: EnvSnapshot) -> tuple[dict[str, Any], list[tuple[str, np.ndarray]]]:
+        """The bookkeeping fields of `snapshot` as (plain JSON, named arrays in `_SNAPSHOT_ARRAYS` order)."""
+        ...
+
+    @classmethod
+    def _decode_snapshot_fields(cls, reader: SnapshotReader) -> dict[str, Any]:
+        """The bookkeeping fields back, each checked through `reader` (it raises `SnapshotFormatError`)."""
+        ...
+
+
+_CLASSES: dict[str, SnapshotClass] = {}
+"""The env classes whose snapshots leave the process, by the name a snapshot's header gives."""
+
+
+def register_snapshot_class(cls: type) -> type:
+    """Let snapshots of `cls` be written and read as bytes (the env modules register `RLAIFEnv` and
+    `RLAIFTextEnv` as they are imported). `cls` encodes and checks its own fields (`SnapshotClass`)."""
+    if not all(hasattr(cls, name) for name in ("_SNAPSHOT_ARRAYS", "_encode_snapshot_fields",
+                                               "_decode_snapshot_fields")):
+        raise TypeError(f"{cls.__name__} does not encode its own snapshot fields (see SnapshotClass)")
+    _CLASSES[cls.__name__] = cls
+    return cls
+
+
 # -- encoding ------------------------------------------------------------------------------------------
 
 
-def _tracker_dict(tracker: BehaviorTracker) -> dict[str, Any]:
+def tracker_dict(tracker: BehaviorTracker) -> dict[str, Any]:
+    """A behaviour tracker's fields as plain JSON (its sets sorted)."""
     out: dict[str, Any] = {}
     for name in _TRACKER_FIELDS:
         value = getattr(tracker, name)
@@ -86,29 +168,20 @@ def _tracker_dict(tracker: BehaviorTracker) -> dict[str, Any]:
     return out
 
 
-def encode_snapshot(snapshot: Any, meta: dict[str, Any] | None = None) -> bytes:
-    """`snapshot` (an `EnvSnapshot`) as bytes; `meta` is extra plain JSON kept beside it (e.g. a session's
-    episode id and return), returned by `decode_snapshot`."""
-    if "_prices" not in snapshot.fields:
-        raise ConfigError(f"to_bytes() writes snapshots of RLAIFEnv and RLAIFTextEnv; a {snapshot.env_class.__name__} "
+def encode_snapshot(snapshot: EnvSnapshot, meta: dict[str, Any] | None = None) -> bytes:
+    """`snapshot` as bytes; `meta` is extra plain JSON kept beside it (e.g. a session's episode id and return),
+    returned by `decode_snapshot`."""
+    cls = snapshot.env_class
+    if _CLASSES.get(cls.__name__) is not cls:
+        raise ConfigError(f"to_bytes() writes snapshots of {' and '.join(sorted(_CLASSES))}; a {cls.__name__} "
                           "snapshot stays in the process (use it with set_state or fork)")
-    f = snapshot.fields
     arrays: list[tuple[str, np.ndarray]] = [(f"world.{fl.name}", getattr(snapshot.world, fl.name))
                                              for fl in fields(sim.WorldState)]
-    num_markets = snapshot.world.pm_yes.shape[1]
-    prices = np.array(f["_prices"], dtype=np.float64).reshape(len(f["_prices"]), num_markets)
-    arrays.append(("prices", prices))
-    behavior = f["_behavior"]
-    header_fields: dict[str, Any] = {
-        "feedback": f["_feedback"], "done": bool(f["_done"]), "equity_history": [float(v) for v in f["_equity"]],
-        "behavior": None if behavior is None else [_tracker_dict(t) for t in behavior.trackers],
-    }
-    if "_prompt" in f:
-        header_fields["prompt"] = f["_prompt"]
-        arrays.append(("numeric", np.asarray(f["_numeric"], dtype=np.float32)))
+    header_fields, own = cls._encode_snapshot_fields(snapshot)
+    arrays += own
     header = {
         "format": SNAPSHOT_FORMAT, "version": SNAPSHOT_FORMAT_VERSION, "package": __version__,
-        "env": snapshot.env_class.__name__, "config": snapshot.config.model_dump(mode="json"),
+        "env": cls.__name__, "config": snapshot.config.model_dump(mode="json"),
         "np_random": snapshot.np_random.bit_generator.state, "np_random_seed": snapshot.np_random_seed,
         "fields": header_fields, "meta": dict(meta or {}),
         "arrays": [[name, arr.dtype.str, list(arr.shape)] for name, arr in arrays],
@@ -347,16 +420,45 @@ def decode_snapshot(data: object, *, env_class: type | None = None) -> tuple[Any
             from None
 
 
-def _decode(data: object, env_class: type | None) -> tuple[Any, dict[str, Any]]:
-    from .rlaif_env import EnvSnapshot, RLAIFEnv
-    from .text_env import RLAIFTextEnv
+class SnapshotReader:
+    """What an env class's `_decode_snapshot_fields` reads its fields from, each check raising `SnapshotFormatError`.
 
+    Attributes:
+        fields: the header's `fields` object (plain JSON, unchecked until read through the methods below).
+        arrays: the env's own arrays by name (`_SNAPSHOT_ARRAYS`; dtypes and shapes unchecked).
+        config, params, world: the snapshot's config, world parameters and world, already checked.
+        archetype: the config's normalised archetype, or None.
+        tick: the world's tick.
+        usd: the most money the world can hold at this tick (`sim.bounds.money`), USD.
+    """
+
+    def __init__(self, fields_: dict[str, Any], arrays: dict[str, np.ndarray], config: RLAIFEnvConfig,
+                 params: sim.WorldParams, world: sim.WorldState, archetype: str | None) -> None:
+        self.fields, self.arrays, self.config, self.params, self.world = fields_, arrays, config, params, world
+        self.archetype = archetype
+        self.tick = int(world.tick[0])
+        self.usd = float(bounds.money(params, world.tick)[0])
+
+    fail = staticmethod(_fail)
+    number = staticmethod(_number)
+    floats = staticmethod(_floats)
+    text = staticmethod(_text)
+    feedback = staticmethod(_feedback)
+
+    def tracker(self, data: object) -> BehaviorTracker:
+        """A behaviour tracker of this world at its tick, checked (see `_tracker`)."""
+        assert self.archetype is not None
+        return _tracker(data, self.archetype, self.world, self.params)
+
+
+def _decode(data: object, env_class: type | None) -> tuple[Any, dict[str, Any]]:
     header, body = _header(_inflate(data))
-    classes = {"RLAIFEnv": RLAIFEnv, "RLAIFTextEnv": RLAIFTextEnv}
     env_name = header.get("env")
-    cls = classes.get(env_name) if isinstance(env_name, str) else None
+    cls = _CLASSES.get(env_name) if isinstance(env_name, str) else None
     if cls is None:
-        raise _fail(f"the env class must be one of {sorted(classes)}, got {str(header.get('env'))[:40]!r}")
+        hint = (f" (import rlaif_gym.envs.{'text_env' if env_name == 'RLAIFTextEnv' else 'rlaif_env'} first, or "
+                "pass env_class)" if env_name in ("RLAIFEnv", "RLAIFTextEnv") else "")
+        raise _fail(f"the env class must be one of {sorted(_CLASSES)}, got {str(env_name)[:40]!r}{hint}")
     if env_class is not None and cls is not env_class:
         raise _fail(f"it holds a {cls.__name__} snapshot, expected a {env_class.__name__} one")
     try:
@@ -367,7 +469,7 @@ def _decode(data: object, env_class: type | None) -> tuple[Any, dict[str, Any]]:
     params = world_params(config)
     arrays = _arrays(header.get("arrays"), body)
     names = [f"world.{f.name}" for f in fields(sim.WorldState)]
-    expected = [*names, "prices", *(["numeric"] if cls is RLAIFTextEnv else [])]
+    expected = [*names, *cls._SNAPSHOT_ARRAYS]
     if list(arrays) != expected:
         raise _fail(f"the arrays must be {len(expected)} named {expected[:2]}...{expected[-2:]}, got "
                     f"{len(arrays)} ({str(list(arrays))[:120]})")
@@ -382,44 +484,8 @@ def _decode(data: object, env_class: type | None) -> tuple[Any, dict[str, Any]]:
     f = header.get("fields")
     if not isinstance(f, dict):
         raise _fail("the header has no fields object")
-    tick = int(world.tick[0])
-    prices = arrays["prices"]
-    if prices.ndim != 2 or prices.shape[0] > tick + 1 or prices.shape[1] != params.num_markets \
-            or not ((prices >= 0) & (prices <= 1)).all():
-        raise _fail(f"the price history must hold YES prices in [0, 1], of shape (n <= {tick + 1}, "
-                    f"{params.num_markets}) at tick {tick}")
-    usd = float(bounds.money(params, world.tick)[0])
-    equity = _floats(f.get("equity_history"), "fields.equity_history (USD)", len(prices), 0.0, usd)
-    if len(equity) != len(prices):
-        raise _fail(f"the equity history has {len(equity)} entries and the price history {len(prices)}: one of "
-                    "each is recorded per tick")
-    done = f.get("done")
-    if not isinstance(done, bool) or (tick >= params.num_ticks and not done):
-        raise _fail(f"fields.done must be true or false (true at tick num_ticks = {params.num_ticks}), got "
-                    f"{str(done)[:20]} at tick {tick}")
-    behavior = f.get("behavior")
-    if (behavior is None) != (archetype is None):
-        raise _fail(f"the behaviour trackers do not match the config's archetype ({archetype!r})")
-    batch = None
-    if behavior is not None:
-        if not isinstance(behavior, list) or len(behavior) != 1:
-            raise _fail("fields.behavior must list one tracker")
-        batch = BatchBehavior(archetype, 1)
-        batch.trackers = [_tracker(behavior[0], archetype, world, params)]
-    env_fields: dict[str, Any] = {
-        "_feedback": _feedback(f.get("feedback")), "_done": done, "_prices": list(prices),
-        "_equity": equity, "_behavior": batch,
-    }
-    if cls is RLAIFTextEnv:
-        # No length bound but the snapshot's: a reply's quoted field can make a real prompt longer than the
-        # observation space's max_length.
-        prompt = _text(f.get("prompt"), "fields.prompt")
-        numeric, layout = arrays["numeric"], feature_layout(params)
-        if numeric.shape != layout.low.shape or numeric.dtype != np.float32 or not np.isfinite(numeric).all() \
-                or (numeric < layout.low).any() or (numeric > layout.high).any():
-            raise _fail(f"the numeric observation must be {len(layout.names)} float32 values within the "
-                        "observation space's bounds")
-        env_fields.update(_view=build_view(world, params, 0), _prompt=prompt, _numeric=numeric)
+    own = {name: arrays[name] for name in cls._SNAPSHOT_ARRAYS}
+    env_fields = cls._decode_snapshot_fields(SnapshotReader(f, own, config, params, world, archetype))
     meta = header.get("meta")
     if not isinstance(meta, dict):
         raise _fail("meta must be a JSON object")

@@ -11,6 +11,7 @@ from gymnasium import spaces
 
 from .. import sim
 from ..config import RLAIFEnvConfig
+from ..encoding import feature_layout
 from ..encoding.prompt import PROMPT_CHARSET, render_prompt, shown_view, system_prompt
 from ..encoding.reply import ParsedReply
 from ..encoding.view import TickView, build_view
@@ -18,6 +19,7 @@ from ..errors import ResetNeeded
 from ..judge.rules import RuleJudge
 from .glue import check_reply, decode_reply, step_feedback
 from .rlaif_env import RLAIFEnv
+from .snapshot import EnvSnapshot, SnapshotReader, register_snapshot_class
 
 __all__ = ["MAX_PROMPT_CHARS", "MAX_REPLY_SAMPLE_CHARS", "RLAIFTextEnv", "describe_outcome", "warm_up"]
 
@@ -53,6 +55,7 @@ def describe_outcome(action: sim.Action | None, parsed: ParsedReply, out: sim.St
     return f"{head}: ok{fill} (fee ${out.fee[b]:,.2f}).{extra}"
 
 
+@register_snapshot_class
 class RLAIFTextEnv(RLAIFEnv):
     """The Babylon world with a prompt as observation and an LLM reply as action.
 
@@ -102,6 +105,32 @@ class RLAIFTextEnv(RLAIFEnv):
     """
 
     _SNAPSHOT_FIELDS = (*RLAIFEnv._SNAPSHOT_FIELDS, "_view", "_prompt", "_numeric")
+    _SNAPSHOT_ARRAYS = (*RLAIFEnv._SNAPSHOT_ARRAYS, "numeric")
+
+    @classmethod
+    def _encode_snapshot_fields(cls, snapshot: EnvSnapshot) -> tuple[dict[str, Any], list[tuple[str, np.ndarray]]]:
+        """The numeric face's bookkeeping plus the prompt and the numeric observation (the view is not stored: it
+        is a function of the world, rebuilt on decode)."""
+        header, arrays = super()._encode_snapshot_fields(snapshot)
+        header["prompt"] = snapshot.fields["_prompt"]
+        arrays.append(("numeric", np.asarray(snapshot.fields["_numeric"], dtype=np.float32)))
+        return header, arrays
+
+    @classmethod
+    def _decode_snapshot_fields(cls, reader: SnapshotReader) -> dict[str, Any]:
+        """The numeric face's fields, the prompt (text any UTF-8 reader can hold), the numeric observation (within
+        the observation space) and the view, rebuilt from the world."""
+        out = super()._decode_snapshot_fields(reader)
+        # No length bound but the snapshot's: a reply's quoted field can make a real prompt longer than the
+        # observation space's max_length.
+        prompt = reader.text(reader.fields.get("prompt"), "fields.prompt")
+        numeric, layout = reader.arrays["numeric"], feature_layout(reader.params)
+        if numeric.shape != layout.low.shape or numeric.dtype != np.float32 or not np.isfinite(numeric).all() \
+                or (numeric < layout.low).any() or (numeric > layout.high).any():
+            raise reader.fail(f"the numeric observation must be {len(layout.names)} float32 values within the "
+                              "observation space's bounds")
+        out.update(_view=build_view(reader.world, reader.params, 0), _prompt=prompt, _numeric=numeric)
+        return out
 
     def __init__(
         self,

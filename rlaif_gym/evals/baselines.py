@@ -9,20 +9,31 @@
 * `truth`: the same bet on the side the market resolves to, read from the hidden outcome no prompt shows: the
   ceiling of these bets (no policy can reach it; it says how much a side is worth).
 
+Outside the scorecard, `calibrated` is the same bet on the side of the feed items' log-odds, each weighted by its
+source's true reliability (a news source's, a group's, and for a post its author's behaviour's `POST_HONESTY`, so a
+deceiver's post counts against its side): what a reader that had learned every source from outcomes would bet. It
+reads the prompt's items and the world's fixed constants, never the hidden outcome: the ceiling of a side learner
+at the informed rule's market and size (docs/trl.md).
+
 Layer L6 (evals): reads the text env's view and hidden state through `rlaif_gym.envs.decisions`.
 """
 
 from __future__ import annotations
 
+import math
+
 from ..envs.decisions import WAIT_REPLY, DecisionPoint
 from ..envs.text_env import RLAIFTextEnv
 from ..llm.format_teacher import FormatOnlyLLM, bet_reply
 from ..llm.scripted import ScriptedLLM
+from ..sim import GROUP_NAMES, NEWS_SOURCES, NPC_ROSTER, POST_HONESTY, npc_name
 
 __all__ = ["BASELINES", "baseline_reply", "reply_at"]
 
 BASELINES = ("wait", "teacher", "informed", "truth")
 """The baselines' names, in a scorecard's order."""
+REFERENCES = ("calibrated",)
+"""Replies `reply_at` also gives that no scorecard shows (see the module docstring)."""
 BET_FRACTION = 0.05
 """The share of cash the informed and truth bets stake."""
 
@@ -50,6 +61,27 @@ def _evidence_side(prompt: str, env: RLAIFTextEnv) -> str | None:
     return "YES" if score > 0 else "NO" if score < 0 else None
 
 
+def _log_odds(reliability: float) -> float:
+    return math.log(reliability / (1.0 - reliability))
+
+
+def _calibrated_side(prompt: str, env: RLAIFTextEnv) -> str | None:
+    """The side of the shown feed items naming the bet's market, each weighted by the log-odds of its source's true
+    reliability, or None on a tie (or no bet)."""
+    bet = FormatOnlyLLM(fraction=BET_FRACTION).bet(prompt)
+    if bet is None:
+        return None
+    news, groups = dict(NEWS_SOURCES), dict(GROUP_NAMES)
+    posts = {npc_name(k): POST_HONESTY[NPC_ROSTER[k % len(NPC_ROSTER)][1]] for k in range(env.params.num_npcs)}
+    view = env.shown_view
+    score = 0.0
+    for item in (*view.news, *view.tips, *view.posts):
+        reliability = {"news": news, "tip": groups, "post": posts}.get(item.kind, {}).get(item.source)
+        if item.subject == bet[0] and reliability is not None:
+            score += item.direction * _log_odds(reliability)
+    return "YES" if score > 0 else "NO" if score < 0 else None
+
+
 def _outcome_side(prompt: str, env: RLAIFTextEnv) -> str | None:
     """The side the bet's market resolves to (the hidden drawn outcome), or None when there is no bet."""
     bet = FormatOnlyLLM(fraction=BET_FRACTION).bet(prompt)
@@ -60,20 +92,23 @@ def _outcome_side(prompt: str, env: RLAIFTextEnv) -> str | None:
 
 
 def reply_at(name: str, prompt: str, env: RLAIFTextEnv, *, fraction: float = BET_FRACTION) -> str:
-    """The reply baseline `name` (one of `BASELINES`) gives to `prompt`, the prompt `env` shows now (the informed
-    and truth bets read the env's view and hidden state; they stake `fraction` of cash)."""
+    """The reply baseline `name` (one of `BASELINES` or `REFERENCES`) gives to `prompt`, the prompt `env` shows now
+    (the informed, calibrated and truth bets read the env's view and hidden state; they stake `fraction` of
+    cash)."""
     if name == "wait":
         return WAIT_REPLY
     if name == "teacher":
         return ScriptedLLM().reply(prompt)
     if name == "informed":
         return _bet_side(prompt, _evidence_side(prompt, env), fraction, env.config.prompt_style)
+    if name == "calibrated":
+        return _bet_side(prompt, _calibrated_side(prompt, env), fraction, env.config.prompt_style)
     if name == "truth":
         return _bet_side(prompt, _outcome_side(prompt, env), fraction, env.config.prompt_style)
-    raise ValueError(f"unknown baseline {name!r}; the baselines are {', '.join(BASELINES)}")
+    raise ValueError(f"unknown baseline {name!r}; the baselines are {', '.join(BASELINES + REFERENCES)}")
 
 
 def baseline_reply(name: str, point: DecisionPoint, *, fraction: float = BET_FRACTION) -> str:
-    """The reply baseline `name` (one of `BASELINES`) gives at `point`; the informed and truth bets stake `fraction`
-    of cash."""
+    """The reply baseline `name` (one of `BASELINES` or `REFERENCES`) gives at `point`; the informed, calibrated and
+    truth bets stake `fraction` of cash."""
     return reply_at(name, point.prompt, point.env(), fraction=fraction)

@@ -3,8 +3,8 @@
     python rlaif_gym/integrations/llama_server.py --model M.gguf ...   (llama_cpp.server's arguments)
 
 Why: llama-cpp-python (0.3.36) puts a request's grammar first in its sampler chain, so for every
-generated token the grammar judges all 49,152 tokens of SmolLM2's vocabulary: 5 to 10 ms per token on
-this project's machine, a quarter of a constrained call's generation time. llama.cpp's own sampler
+generated token the grammar judges all 49,152 tokens of SmolLM2's vocabulary, a large share of a constrained
+call's generation time (docs/benchmarks.md, the local model's table). llama.cpp's own sampler
 (`common_sampler_sample`, `grammar_first = false`) does it the other way round, and so does this module:
 
 1. sample from the chain without the grammar (penalties, top-k, top-p, min-p, temperature, draw);
@@ -157,7 +157,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # Run by its path, this file's folder is first on sys.path, where its neighbours (trl.py, the openenv package, ...)
+    # Run by its path, this file's folder is first on sys.path, where its neighbours (the trl and openenv packages, ...)
     # would shadow the packages of those names.
     if sys.path and sys.path[0] and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
         sys.path.pop(0)

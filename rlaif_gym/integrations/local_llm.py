@@ -96,7 +96,7 @@ _NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 LLAMA_CPP_CMAKE_ARGS = f"-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS='{_NO_AMX}' -DCMAKE_CXX_FLAGS='{_NO_AMX}'"
 """The source build's flags unless CMAKE_ARGS is set: code for this machine's CPU (on this project's
 AVX-512 machine, prompt processing 1.3 to 1.6 times the portable AVX2 build's), no multimodal helper,
-and no AMX: on a Sapphire Rapids virtual machine (2026-12-04) llama.cpp 0.3.36's AMX matrix product
+and no AMX: on a Sapphire Rapids virtual machine, llama.cpp 0.3.36's AMX matrix product
 segfaulted on the first token (SIGSEGV in `ggml_backend_amx_mul_mat`), and a native build turns it on
 wherever the CPU reports AMX; AVX-512 does the work instead.
 pip's wheel cache does not key on CMAKE_ARGS: a wheel built before keeps being reinstalled (see

@@ -3,8 +3,8 @@
 Requests go through `llm.transport.HTTPTransport` (aiohttp's connection pool, the `[openai]` extra,
 imported when the first call is made, so constructing a client needs neither package nor a
 connection), which binds each answer to its request and bounds it (`max_response_bytes`, default 8 MiB;
-see that module for what it refuses and why). Bodies go through `orjson`. The `openai` SDK cost
-1.1-1.7 ms of client CPU per call, and the collector's event loop is one thread (issue 17). The request
+see that module for what it refuses and why). Bodies go through `orjson`: the `openai` SDK's client CPU per
+call bounded the collector, whose event loop is one thread (docs/benchmarks.md). The request
 and the errors follow the SDK's conventions (the body fields, ``Authorization: Bearer <key>``, the error
 type names and messages), so records and servers see what they saw before; proxies come from the
 environment (``HTTP(S)_PROXY``, ``NO_PROXY``), read once per connection pool. The base URL, model

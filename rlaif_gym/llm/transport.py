@@ -4,11 +4,10 @@ Why a layer over the HTTP library. The collector stores each answer as the reply
 and a trainer learns from that pair as stored. HTTP/1.1 carries no request id: on a kept-alive
 connection the answer to a request is simply the next message the server writes. A server or proxy
 that writes an answer twice therefore hands the copy to whatever request that connection carries
-next. Against a loopback server that sends one answer in three twice, the copy 0-30 ms after the
-first, 1,000 calls at 16 in flight (docs/collecting.md, "One request, one answer"): aiohttp 3.14 gave
-33-39% of the calls the answer to another request (it queues the copy and reads it as the next
-request's answer), httpx 0.29 13-16%, and the client with the hand-written keep-alive pool this module
-replaced 62-70%. No HTTP client closes this, so this module does, over aiohttp's connection pool:
+next. Against a loopback server that sends some answers twice, aiohttp, httpx and a hand-written
+keep-alive pool all gave a share of the calls the answer to another request (the measurements:
+docs/collecting.md, "One request, one answer"). No HTTP client closes this, so this module does, over
+aiohttp's connection pool:
 
 * **Nothing that arrived before the request.** A request is written only to a connection that holds no
   unread byte. Bytes that reached an idle connection (a copy, an answer nobody asked for) close it

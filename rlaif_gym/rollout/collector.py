@@ -483,7 +483,7 @@ class RolloutCollector:
                 await queue.put(traj)
 
         async def worker() -> None:  # units are admitted as slots free up, never one task per unit up front
-            envs: list[Any] = []  # this worker's env, reset for each of its episodes (making one costs ~1 ms)
+            envs: list[Any] = []  # this worker's env, reset for each of its episodes (cheaper than a new one)
             try:
                 for unit in pending:
                     await (run_group(unit) if isinstance(unit, ForkGroup) else run_one(unit, envs))

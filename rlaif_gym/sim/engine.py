@@ -25,6 +25,7 @@ from .params import (
     NPC_ROSTER,
     PERP_BASE_PRICES,
     PERP_TICKERS,
+    POST_HONESTY,
     NpcBehaviour,
     WorldParams,
     npc_name,
@@ -72,6 +73,7 @@ def _logit_weight(reliability: float | np.ndarray) -> np.ndarray:
 
 
 _SOURCE_WEIGHT = _logit_weight(np.array([s[1] for s in NEWS_SOURCES]))
+_POST_HONESTY = np.array(POST_HONESTY, dtype=np.float64)
 _GROUP_WEIGHT = _logit_weight(np.array([g[1] for g in GROUP_NAMES]))
 _LEAK_WEIGHT = float(_logit_weight(_LEAK_RELIABILITY))
 
@@ -640,9 +642,7 @@ def _information(state: WorldState, params: WorldParams, u: np.ndarray, c: _Cols
         author = np.minimum(np.floor(u[w, o + 1] * k).astype(np.int64), k - 1)
         mk = np.minimum(np.floor(u[w, o + 2] * m).astype(np.int64), m - 1)
         behaviour = npc_behaviours(params)[author]
-        honesty = np.select(
-            [behaviour == NpcBehaviour.INFORMED, behaviour == NpcBehaviour.DECEIVER], [0.8, 0.2], default=0.5
-        )
+        honesty = _POST_HONESTY[behaviour]
         signal = np.where(u[w, o + 3] < honesty, truth_sign[w, mk], -truth_sign[w, mk])
         credibility = np.clip((state.npc_rep[w, author] - 50.0) / 50.0, -1.0, 1.0)
         state.post_acc[w, mk] += signal * credibility

@@ -51,7 +51,7 @@ import numpy as np
 from ..errors import InvalidActionError
 from . import engine
 from .actions import ActionBatch, ActionType, ErrorCode
-from .params import GROUP_NAMES, NEWS_SOURCES, NpcBehaviour, WorldParams
+from .params import GROUP_NAMES, NEWS_SOURCES, POST_HONESTY, NpcBehaviour, WorldParams
 from .paths import user_cache_dir
 from .state import FEED_LENGTH, WorldState, field_specs
 
@@ -240,6 +240,7 @@ _TWO_PI = 2.0 * np.pi
 _R = FEED_LENGTH
 _INFORMED = NpcBehaviour.INFORMED
 _DECEIVER = NpcBehaviour.DECEIVER
+_POST_HONESTY = np.array(POST_HONESTY, dtype=np.float64)  # a constant array in compiled code
 _MOMENTUM = NpcBehaviour.MOMENTUM
 # ---------------------------------------------------------------------------------------------
 # Scalar helpers with numpy's semantics
@@ -981,7 +982,7 @@ def _information(b, s, pf, pi, beh, cf, now, key, su, ts):
         author = min(np.int64(math.floor(_uniform_at(key, su, o_post + 1) * k)), k - 1)
         mk = min(np.int64(math.floor(_uniform_at(key, su, o_post + 2) * m)), m - 1)
         bh = beh[author]
-        honesty = 0.8 if bh == _INFORMED else (0.2 if bh == _DECEIVER else 0.5)
+        honesty = _POST_HONESTY[bh]
         sgn_i = ts[mk] if _uniform_at(key, su, o_post + 3) < honesty else -ts[mk]
         credibility = _fmin(_fmax((s.npc_rep[b, author] - 50.0) / 50.0, -1.0), 1.0)
         s.post_acc[b, mk] += sgn_i * credibility
@@ -1160,8 +1161,8 @@ _STATE_FIELDS = WorldArrays._fields
 _state_arrays = operator.attrgetter(*_STATE_FIELDS)
 
 # ---------------------------------------------------------------------------------------------
-# The packed state. A compiled call pays for every array argument it unboxes (about 0.1-0.2 us
-# each: 73 state arrays cost more than a one-world step's compiled work), so the compiled backend
+# The packed state. A compiled call pays for every array argument it unboxes (73 state arrays cost
+# more than a one-world step's compiled work), so the compiled backend
 # keeps a state's arrays as views of four flat buffers (float64, int64, uint64, bool) and passes
 # those plus a table of offsets and shapes; `_state_views` rebuilds the views inside compiled code.
 
@@ -1220,8 +1221,8 @@ def packed(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 
 def packed_copy(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`packed`'s buffers and table for a state the caller will not step: its cached buffers if it has them, else
-    a throwaway copy that leaves the state's arrays as they are (one concatenation per dtype, about 25 us for a
-    handful of worlds, where `packed` takes about 180 us to build views a stepped state keeps)."""
+    a throwaway copy that leaves the state's arrays as they are (one concatenation per dtype: cheaper, for a
+    handful of worlds, than the views `packed` builds for a state that is stepped and keeps them)."""
     cached = state.__dict__.get("_packed")
     if cached is not None:
         return cached
@@ -1247,7 +1248,7 @@ def _view_intrinsic():
     """`_view` as a numba intrinsic: the array struct written directly (data pointer, shape, C strides).
 
     Building the state's 73 views with slicing and `reshape` was most of the compile time of every kernel that
-    builds them (about 40 ms of numba's time per view; the intrinsic's codegen is a few instructions). It uses
+    builds them (the intrinsic's codegen is a few instructions). It uses
     numba's array-model helpers, which have kept their names since numba 0.49; where they have moved, the
     fallback is `_slice_view`, the same views compiled more slowly."""
     try:

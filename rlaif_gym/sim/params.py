@@ -51,6 +51,11 @@ class NpcBehaviour:
     DECEIVER = 3  # trades on the truth but posts the opposite (liars, scammers)
 
 
+POST_HONESTY: tuple[float, ...] = (0.8, 0.5, 0.5, 0.2)
+"""The probability that an NPC's post about a market names the side it resolves to, by `NpcBehaviour` code
+(informed, noise, momentum, deceiver): a deceiver's post points the wrong way four times in five."""
+
+
 # (archetype name from the original's 12, behaviour). Cycled when num_npcs exceeds the roster.
 NPC_ROSTER: tuple[tuple[str, int], ...] = (
     ("super-predictor", NpcBehaviour.INFORMED),

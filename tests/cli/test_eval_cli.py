@@ -100,10 +100,6 @@ def test_eval_drives_the_shipped_model_on_a_local_llama_cpp_server(tmp_path, cap
 def test_eval_validates_the_rule_judge_and_an_llm_judge_whose_tape_replays_without_its_server(tmp_path, capsys):
     """`--judge rule` and `--judge llm` on the eval's own points; a finished eval is judged again with --resume, and
     the LLM judge's replay (no server: the tape answers) writes the very same validation."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "judge"))
     from judge_server import JudgeServer
 
     out = tmp_path / "run"

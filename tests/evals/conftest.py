@@ -1,16 +1,8 @@
-"""Fixtures of the eval tests: the scripted eval of the default set, run once, and the rollout tests' fake server."""
+"""Fixtures of the eval tests: the scripted eval of the default set, run once."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "rollout"))  # `import fake_server`: one fake server for all
-sys.path.insert(0, str(Path(__file__).parents[1] / "judge"))  # `import judge_server`: the fake judge
-
-from fake_server import fake_server  # noqa: F401  (the fixture, offered to the tests here)
 
 
 @pytest.fixture(scope="session")

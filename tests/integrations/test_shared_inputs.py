@@ -2,7 +2,7 @@
 episode starts from the same way (`rlaif_gym.envs.inputs`; issue 25 row 11).
 
 Each bad seed, horizon or config goes to all three, through their public entry points: a real server on
-127.0.0.1 (`RLAIFEnvClient.reset`), a TRL dataset row (`EpisodeSpec.from_row`) and a verifiers taskset
+127.0.0.1 (`RLAIFEnvClient.reset`), a TRL dataset row (`RowEpisode.from_row`) and a verifiers taskset
 (`load_environment`). All three refuse it with the same explanation; none truncates it.
 """
 
@@ -18,7 +18,7 @@ pytest.importorskip("verifiers.v1")
 
 from rlaif_gym.errors import ConfigError
 from rlaif_gym.integrations.openenv import RemoteEnvError, RLAIFEnvClient, background_server
-from rlaif_gym.integrations.trl import EpisodeSpec
+from rlaif_gym.integrations.trl import RowEpisode
 from rlaif_gym.integrations.verifiers import load_environment
 
 CONFIG = {"num_ticks": 3}
@@ -40,7 +40,7 @@ def _refusals(client, *, seed=None, config=None) -> dict[str, str]:
     assert (err.value.code, err.value.error_type) == ("VALIDATION_ERROR", "ConfigError"), err.value
     out["openenv"] = err.value.message
     with pytest.raises(ConfigError) as err:
-        EpisodeSpec.from_row(seed=seed, config=json.dumps(config or CONFIG))
+        RowEpisode.from_row(seed=seed, config=json.dumps(config or CONFIG))
     out["trl"] = str(err.value)
     with pytest.raises(ConfigError) as err:
         load_environment(num_tasks=1, **({"seed": seed} if seed is not None else {}), config=config or CONFIG)
@@ -70,5 +70,5 @@ def test_a_bad_config_is_refused_alike_everywhere(client, config, field):
 
 def test_only_the_trl_row_takes_a_horizon_and_refuses_a_fractional_one():
     with pytest.raises(ConfigError, match=r"column 'ticks' must be an integer .* got 1.7 \(float\)"):
-        EpisodeSpec.from_row(seed=1, config=json.dumps(CONFIG), ticks=1.7)
-    assert EpisodeSpec.from_row(seed=1, config=json.dumps(CONFIG), ticks=2).ticks == 2
+        RowEpisode.from_row(seed=1, config=json.dumps(CONFIG), ticks=1.7)
+    assert RowEpisode.from_row(seed=1, config=json.dumps(CONFIG), ticks=2).ticks == 2

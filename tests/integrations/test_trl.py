@@ -50,8 +50,8 @@ from rlaif_gym.integrations.local_llm import MODEL_REQUIREMENT, missing_local_ll
 from rlaif_gym.integrations.trl import (
     EPISODE_ENDED,
     EpisodeFaultError,
-    EpisodeSpec,
     RLAIFTRLEnv,
+    RowEpisode,
     build_dataset,
     dataset_rows,
     env_return,
@@ -85,7 +85,7 @@ def test_rows_hold_the_text_envs_first_prompt_and_config():
         prompt, _ = env.reset(seed=seed)
         assert row["prompt"] == [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": prompt}]
         assert row["seed"] == seed and row["ticks"] == 2 and row["snapshot"] is None
-        assert EpisodeSpec.from_row(**row).config == RLAIFEnvConfig(**CONFIG)
+        assert RowEpisode.from_row(**row).config == RLAIFEnvConfig(**CONFIG)
     tools = build_dataset([5], config=CONFIG, contract="environment_factory")
     assert tools.column_names == ["prompt", "seed", "config", "snapshot", "ticks", "decisions"]
     assert tools[0]["prompt"][1] == {"role": "user", "content": ""}  # TRL appends reset()'s prompt here
@@ -131,7 +131,7 @@ def test_fork_snapshot_row_reproduces_the_prompt_bit_for_bit(contract):
     assert rows[0]["seed"] == 3 and rows[0]["snapshot"] is not None
     if contract == "rollout_func":  # what make_rollout_func keys on and starts from
         assert rows[0]["prompt"][1]["content"] == fork_prompt
-        assert EpisodeSpec.from_row(**rows[0]).start()[1] == fork_prompt
+        assert RowEpisode.from_row(**rows[0]).start()[1] == fork_prompt
         rows = build_dataset(snapshots=[snapshot], ticks=2, contract="environment_factory")
     branch = RLAIFTRLEnv()
     assert branch.reset(**rows[0]) == fork_prompt
@@ -165,7 +165,7 @@ def test_a_shared_dataset_row_cannot_run_code_on_whoever_trains_on_it(tmp_path):
     with pytest.raises(SnapshotFormatError, match="not a restorable snapshot"):
         RLAIFTRLEnv().reset(**evil)
     with pytest.raises(SnapshotFormatError):
-        EpisodeSpec.from_row(**evil)
+        RowEpisode.from_row(**evil)
     assert not marker.exists(), "a dataset row ran code"
     assert isinstance(row["snapshot"], bytes) and b"pickle" not in row["snapshot"]
     assert RLAIFTRLEnv().reset(**row) == trunk.prompt  # the honest row still works
@@ -228,7 +228,7 @@ def test_a_fault_inside_the_env_step_is_a_failed_rollout_not_a_return(monkeypatc
     """Issue 25 row 10: an exception inside act was swallowed by TRL's tool loop and get_reward() then returned
     a normal-looking return (-0.1125). Now the fault is kept, every later act says so, and get_reward() is None:
     TRL scores a None as unscorable (left out of its group's baseline, advantage 0), never as a return."""
-    import rlaif_gym.integrations.trl as trl_adapter
+    import rlaif_gym.integrations.trl.rows as trl_adapter  # RowEpisode.start makes the env
 
     monkeypatch.setattr(trl_adapter, "RLAIFTextEnv", _FaultyTextEnv)
     row = build_dataset([11], config=CONFIG, contract="environment_factory")[0]
@@ -280,7 +280,7 @@ def test_a_malformed_row_names_its_column(column, value, error, message):
     row = build_dataset([3], config=CONFIG, contract="environment_factory")[0]
     bad = {**row, column: value}
     with pytest.raises(error, match=message):
-        EpisodeSpec.from_row(**bad)
+        RowEpisode.from_row(**bad)
     with pytest.raises(error, match=message):
         RLAIFTRLEnv().reset(**bad)
     rollout_row = {**build_dataset([3], config=CONFIG)[0], column: value}
@@ -351,7 +351,7 @@ def _tiny_model(tokenizer, seed=0):
 
 def test_played_episodes_are_token_exact(tokenizer):
     model = _tiny_model(tokenizer)
-    specs = [EpisodeSpec(s, RLAIFEnvConfig(**CONFIG)) for s in (0, 1)]
+    specs = [RowEpisode(s, RLAIFEnvConfig(**CONFIG)) for s in (0, 1)]
     torch.manual_seed(1)
     gen = transformers_generator(model, tokenizer, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
     results = play_episodes(specs, gen, tokenizer, max_reply_tokens=10)
@@ -567,8 +567,11 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
             assert set(stat) == {"mean", "ci95_low", "ci95_high", "n"} and stat["n"] == 2
             assert stat["ci95_low"] <= stat["mean"] <= stat["ci95_high"]
         assert 0.0 <= one["format_valid"] <= 1.0 and 0.0 <= one["executed"] <= 1.0
-        assert list(one["columns"]) == ["format-only teacher", "scripted teacher", "hindsight (drawn outcome)",
-                                        "base model", "after SFT", "after SFT+RL (exact)", "after SFT+GRPO (sampled)"]
+        assert list(one["columns"]) == ["format-only teacher", "scripted teacher", "calibrated evidence rule",
+                                        "hindsight (drawn outcome)", "base model", "after SFT", "after SFT+RL (exact)",
+                                        "after SFT+GRPO (sampled)"]
+        assert set(one["paired"]) >= {"trained_minus_calibrated_rule", "calibrated_minus_format_teacher",
+                                      "scripted_teacher_minus_format_teacher"}
         # the hindsight bet is paid at the outcome: it gains over waiting at every point
         assert one["columns"]["hindsight (drawn outcome)"]["gain"] > 0
     assert results["wall_s"] > 0 and results["peak_rss_gb"] > 0 and results["cpu_model"] and results["load_average"]
@@ -576,3 +579,39 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
     # It says what it shows, before it starts and under its tables: the wiring, not learning.
     note = "--smoke checks the wiring, not learning"
     assert proc.stdout.count(note) == 2 and proc.stdout.rindex(note) > proc.stdout.rindex("gain over after SFT")
+
+
+def test_the_example_baselines_only_prints_the_reference_columns_without_a_model(tmp_path):
+    """`--baselines-only`: the held-out sets' reference columns (the teachers, the calibrated evidence rule, the
+    hindsight bet) and the headroom pairs, in seconds, with no model loaded. The calibrated rule reads the sources'
+    true reliabilities, so on 60 points it calls the drawn outcome's side more often than the format-only teacher's
+    coin does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "examples/train_trl_grpo.py", "--baselines-only", "--train-seeds", "2",
+                           "--eval-points", "60", "--out", str(tmp_path / "run")], cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    assert "a prompt is" not in proc.stdout and not (tmp_path / "run").exists()  # no model, nothing written
+    assert proc.stdout.count("calibrated_minus_format_teacher") == 2
+    for table in proc.stdout.split("**Held-out set")[1:]:
+        row = next(line for line in table.splitlines() if line.startswith("| outcome's side - the other"))
+        cells = [float(c.split()[0]) for c in row.split("|")[2:-1]]  # the columns in the order they were added
+        assert cells[2] > cells[0]  # calibrated rule vs the format-only teacher
+
+
+def test_the_package_keeps_its_old_import_paths():
+    """The adapter was one module; it is a package now (one module per job), and what it exported still imports
+    from `rlaif_gym.integrations.trl`, the row's episode under its old name too, with a warning that says the new."""
+    import rlaif_gym.integrations.trl as adapter
+    from rlaif_gym.integrations.trl import rows, tool_env
+
+    assert adapter.RLAIFTRLEnv is tool_env.RLAIFTRLEnv and adapter.RowEpisode is rows.RowEpisode
+    for name in adapter.__all__:
+        assert getattr(adapter, name) is not None, name
+    with pytest.warns(DeprecationWarning, match="RowEpisode"):
+        from rlaif_gym.integrations.trl import EpisodeSpec
+    assert EpisodeSpec is RowEpisode

@@ -34,8 +34,8 @@ from rlaif_gym.errors import ConfigError
 from rlaif_gym.integrations.local_llm import MODEL_REQUIREMENT, missing_local_llm, model_path
 from rlaif_gym.integrations.trl import (
     EPISODE_ENDED,
-    EpisodeSpec,
     RLAIFTRLEnv,
+    RowEpisode,
     SharedPromptGRPOTrainer,
     build_dataset,
     decision_sft_records,
@@ -109,7 +109,7 @@ def test_a_decision_row_is_one_reply_then_the_continuation_waits_out_the_horizon
     text = points[0].env()
     assert env.get_reward() == sum(text.step(r)[1] for r in (reply, WAIT_REPLY))
 
-    spec = EpisodeSpec.from_row(**build_dataset(points=points[:1], ticks=2, decisions=1)[0])
+    spec = RowEpisode.from_row(**build_dataset(points=points[:1], ticks=2, decisions=1)[0])
     (res,) = play_episodes([spec], _scripted(tokenizer, [reply]), tokenizer, max_reply_tokens=64)
     assert res.answered == 1 and res.continued == 1 and res.replies == [reply, WAIT_REPLY]
     assert res.env_mask == [1] * len(res.completion_ids)  # the completion is the reply: no env tokens after it

@@ -24,8 +24,6 @@ from rlaif_gym.envs.decisions import DECISION_WORLD, WAIT_REPLY, decision_points
 from rlaif_gym.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "rollout"))
-sys.path.insert(0, str(ROOT / "tests" / "judge"))
 
 from fake_server import FakeOpenAIServer  # noqa: E402
 from judge_server import JudgeServer, data_blocks, metric_score  # noqa: E402

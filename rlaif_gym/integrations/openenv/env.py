@@ -26,9 +26,9 @@ from .wire import RLAIFAction, RLAIFObservation, RLAIFState
 
 ENV_NAME = "RLAIF-Text-v0"
 DEFAULT_DECISION_MAX_TICKS = 5_000
-"""Ticks one `reset(decision=...)` may play looking for its decision point (about 1-3 ms each, so 5-15 s of a
-worker), unless `rlaif-gym serve --decision-max-ticks` says otherwise: options that never qualify would
-otherwise play the whole episode, up to `num_ticks` (1,000,000) ticks, for one request."""
+"""Ticks one `reset(decision=...)` may play looking for its decision point (seconds of a worker), unless
+`rlaif-gym serve --decision-max-ticks` says otherwise: options that never qualify would otherwise play the whole
+episode, up to `num_ticks` (1,000,000) ticks, for one request."""
 DEFAULT_DECISION_TIMEOUT_S = 20.0
 """Seconds one `reset(decision=...)` may search (`rlaif-gym serve --decision-timeout`): the bound on a slow or
 busy machine, well inside openenv-core's 60 s wait for an answer."""

@@ -21,7 +21,7 @@ from .sessions import SessionPool
 def _bound_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without it every
-    # HTTP answer (headers and body written apart) waited about 40 ms for the client's delayed ACK.
+    # HTTP answer (headers and body written apart) waited for the client's delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

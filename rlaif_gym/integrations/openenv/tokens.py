@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..._version import __version__
-from ...envs.rlaif_env import EnvSnapshot
-from ...envs.snapshot import MAX_SNAPSHOT_BYTES, decode_snapshot, encode_snapshot
+from ...envs.snapshot import MAX_SNAPSHOT_BYTES, EnvSnapshot, decode_snapshot, encode_snapshot
 from ...envs.text_env import RLAIFTextEnv
 from ...errors import ConfigError
 from .errors import SnapshotTokenError

@@ -12,7 +12,6 @@ import gzip
 import json
 import re
 import sqlite3
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,18 +19,15 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from fake_server import FakeOpenAIServer, Fault, call_key, episode_seeds
+from judge_server import JudgeServer, make_run
 from rollout_checks import read_store_strict
 
 from rlaif_gym.agents import OpenAIChatAgent
 from rlaif_gym.cli import main
 from rlaif_gym.llm import OpenAIChatClient
+from rlaif_gym.llm_judge import JudgeConfig, judge_run
 from rlaif_gym.rollout import RolloutCollector
 from rlaif_gym.storage import JsonlStore
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "judge"))
-from judge_server import JudgeServer, make_run
-
-from rlaif_gym.llm_judge import JudgeConfig, judge_run
 
 USER = "trainer"
 URL_SECRET = "urlpass-Qz8Lm3Vw6Rt1"

@@ -13,10 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "rollout"))
-sys.path.insert(0, str(Path(__file__).parent / "judge"))
-
 from fake_server import FakeOpenAIServer, Fault, episode_seeds
 from judge_server import JudgeServer
 

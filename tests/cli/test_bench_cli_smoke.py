@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rlaif_gym.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_command_prints_both_tables(capsys):

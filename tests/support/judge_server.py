@@ -22,12 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))
 
 from fake_server import FakeOpenAIServer, Fault
 

