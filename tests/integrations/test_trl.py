@@ -580,6 +580,18 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
     note = "--smoke checks the wiring, not learning"
     assert proc.stdout.count(note) == 2 and proc.stdout.rindex(note) > proc.stdout.rindex("gain over after SFT")
 
+    # examples/side_agreement.py reads that results.json: one row per held-out set and trained column, each share
+    # counted over the points where both sides exist (2 points per set here).
+    import re
+
+    agree = subprocess.run([sys.executable, "examples/side_agreement.py", str(results_path)], cwd=root,
+                           capture_output=True, text=True, timeout=600)
+    assert agree.returncode == 0, agree.stderr[-3000:]
+    rows = [line for line in agree.stdout.splitlines() if line.startswith("| 3,000,000") or
+            line.startswith("| 4,000,000")]
+    assert len(rows) == 2 * 3  # after SFT, after SFT+RL (exact), after SFT+GRPO (sampled)
+    assert all(re.search(r"\d+% of [12]\b|-", row.split("|")[6]) for row in rows)  # against the drawn outcome
+
 
 def test_the_example_baselines_only_prints_the_reference_columns_without_a_model(tmp_path):
     """`--baselines-only`: the held-out sets' reference columns (the teachers, the calibrated evidence rule, the
