@@ -161,8 +161,8 @@ class Args:
     smoke: bool = False
     """CI size: every stage end to end (both RL variants, a few points, 2 steps each), not learning."""
     baselines_only: bool = False
-    """Only the held-out sets' reference columns (the teachers, the calibrated evidence rule, the hindsight bet) and
-    their paired differences: no model is loaded or trained (seconds)."""
+    """Only the held-out sets' reference columns (the teachers, the calibrated and the naive evidence rule, the
+    hindsight bet) and their paired differences: no model is loaded or trained (about a minute)."""
 
 
 SMOKE_NOTE = ("--smoke checks the wiring, not learning: every stage runs end to end (SFT, both RL variants, the "
@@ -421,9 +421,14 @@ def main() -> int:
     stage("teachers' replies", t0)
     if args.baselines_only:
         for start, cols in columns.items():
+            # and the naive evidence rule: the unweighted majority of the feed items (the eval's `informed`)
+            cols["naive evidence rule"] = score_decision_replies(held_out[start], [
+                (i, baseline_reply("informed", p, fraction=args.fraction)) for i, p in enumerate(held_out[start])])
             print(f"\n**Held-out set: seeds from {start:,}** ({len(held_out[start])} points, one reply each)\n")
             print(decision_table(cols, baseline="format-only teacher"))
-            for name, d in reference_pairs(cols).items():
+            pairs = {**reference_pairs(cols), "naive_minus_format_teacher": paired(cols["naive evidence rule"],
+                                                                                  cols["format-only teacher"])}
+            for name, d in pairs.items():
                 print(f"  {name}: {d['mean']:+.4f} [{d['ci95_low']:+.4f}, {d['ci95_high']:+.4f}] (n={d['n']})")
         return 0
 
