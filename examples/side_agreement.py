@@ -27,7 +27,7 @@ from rlaif_gym import RLAIFEnvConfig
 from rlaif_gym.envs.decisions import DECISION_WORLD, decision_points
 from rlaif_gym.evals.baselines import reply_at
 from rlaif_gym.llm import FormatOnlyLLM
-from rlaif_gym.sim import NPC_ROSTER, NpcBehaviour, npc_name
+from rlaif_gym.sim import NpcBehaviour, npc_behaviours, npc_name
 
 _SIDE = re.compile(r'"outcome":\s*"(YES|NO)"')
 
@@ -38,8 +38,8 @@ def side(reply: str) -> str | None:
     return match.group(1) if match else None
 
 
-def deceiver_names(num_npcs: int) -> set[str]:
-    return {npc_name(k) for k in range(num_npcs) if NPC_ROSTER[k % len(NPC_ROSTER)][1] == NpcBehaviour.DECEIVER}
+def deceiver_names(params) -> set[str]:
+    return {npc_name(k) for k, b in enumerate(npc_behaviours(params)) if b == NpcBehaviour.DECEIVER}
 
 
 def share(pairs: list[tuple[str | None, str | None]]) -> str:
@@ -47,16 +47,23 @@ def share(pairs: list[tuple[str | None, str | None]]) -> str:
     return f"{statistics.fmean(kept):.0%} of {len(kept)}" if kept else "-"
 
 
-def main(path: str) -> None:
-    results = json.loads(Path(path).read_text())
-    args = results["args"]
+def main(path: str) -> int:
+    try:
+        results = json.loads(Path(path).read_text())
+        args = results["args"]
+        replies = results["replies"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"side_agreement: {path} is not a results.json of examples/train_trl_grpo.py with its replies "
+              f"({type(exc).__name__}: {exc}); pass the one a training run wrote (not --baselines-only, which writes "
+              "none)", file=sys.stderr)
+        return 2
     overrides = json.loads(args["config"] or "{}")
     config = RLAIFEnvConfig.from_any({**DECISION_WORLD, "prompt_style": "compact", **overrides})
     spare = args["eval_points"] // 4 + 8  # as the training script finds them
     print("| set | column | naive majority | calibrated rule | calibrated, a deceiver's post on the market | "
           "drawn outcome |")
     print("|---|---|---:|---:|---:|---:|")
-    for start, columns in results["replies"].items():
+    for start, columns in replies.items():
         first = int(start)
         points = decision_points(range(first, first + args["eval_points"] + spare), config=config,
                                  resolves_within=args["resolves_within"], horizon=args["resolves_within"])
@@ -65,7 +72,7 @@ def main(path: str) -> None:
         for point in points:
             env = point.env()
             bet = FormatOnlyLLM().bet(point.prompt)
-            liars = deceiver_names(env.params.num_npcs)
+            liars = deceiver_names(env.params)
             deceived = bet is not None and any(p.subject == bet[0] and p.source in liars for p in env.shown_view.posts)
             rows.append((side(reply_at("informed", point.prompt, env)), side(reply_at("calibrated", point.prompt, env)),
                          side(reply_at("truth", point.prompt, env)), deceived))
@@ -76,10 +83,11 @@ def main(path: str) -> None:
             print(f"| {first:,} | {name} | {share([(m, r[0]) for m, r in both])} | "
                   f"{share([(m, r[1]) for m, r in both])} | {share([(m, r[1]) for m, r in both if r[3]])} | "
                   f"{share([(m, r[2]) for m, r in both])} |")
+    return 0
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         raise SystemExit(0 if len(sys.argv) == 2 else 2)
-    main(sys.argv[1])
+    raise SystemExit(main(sys.argv[1]))

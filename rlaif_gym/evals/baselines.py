@@ -20,13 +20,14 @@ Layer L6 (evals): reads the text env's view and hidden state through `rlaif_gym.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from ..envs.decisions import WAIT_REPLY, DecisionPoint
 from ..envs.text_env import RLAIFTextEnv
 from ..llm.format_teacher import FormatOnlyLLM, bet_reply
 from ..llm.scripted import ScriptedLLM
-from ..sim import GROUP_NAMES, NEWS_SOURCES, NPC_ROSTER, POST_HONESTY, npc_name
+from ..sim import GROUP_NAMES, NEWS_SOURCES, POST_HONESTY, WorldParams, npc_behaviours, npc_name
 
 __all__ = ["BASELINES", "baseline_reply", "reply_at"]
 
@@ -51,35 +52,25 @@ def _bet_side(prompt: str, side: str | None, fraction: float, style: str) -> str
     return f"<think>{bet[0]} resolves soon, so I stake {fraction:.0%} of my cash on {side}.</think>\n{action}"
 
 
-def _evidence_side(prompt: str, env: RLAIFTextEnv) -> str | None:
-    """The side the shown feed items naming the bet's market point to, or None on a tie (or no bet)."""
+def _feed_side(prompt: str, env: RLAIFTextEnv, weights: dict[tuple[str, str], float] | None = None) -> str | None:
+    """The side the shown feed items naming the bet's market point to, each +1/-1 times its (kind, source)'s weight
+    in `weights` (None: 1 each; an item of a source not in `weights` counts 0), or None on a tie (or no bet)."""
     bet = FormatOnlyLLM(fraction=BET_FRACTION).bet(prompt)
     if bet is None:
         return None
     view = env.shown_view
-    score = sum(item.direction for item in (*view.news, *view.tips, *view.posts) if item.subject == bet[0])
+    score = sum(item.direction * (1.0 if weights is None else weights.get((item.kind, item.source), 0.0))
+                for item in (*view.news, *view.tips, *view.posts) if item.subject == bet[0])
     return "YES" if score > 0 else "NO" if score < 0 else None
 
 
-def _log_odds(reliability: float) -> float:
-    return math.log(reliability / (1.0 - reliability))
-
-
-def _calibrated_side(prompt: str, env: RLAIFTextEnv) -> str | None:
-    """The side of the shown feed items naming the bet's market, each weighted by the log-odds of its source's true
-    reliability, or None on a tie (or no bet)."""
-    bet = FormatOnlyLLM(fraction=BET_FRACTION).bet(prompt)
-    if bet is None:
-        return None
-    news, groups = dict(NEWS_SOURCES), dict(GROUP_NAMES)
-    posts = {npc_name(k): POST_HONESTY[NPC_ROSTER[k % len(NPC_ROSTER)][1]] for k in range(env.params.num_npcs)}
-    view = env.shown_view
-    score = 0.0
-    for item in (*view.news, *view.tips, *view.posts):
-        reliability = {"news": news, "tip": groups, "post": posts}.get(item.kind, {}).get(item.source)
-        if item.subject == bet[0] and reliability is not None:
-            score += item.direction * _log_odds(reliability)
-    return "YES" if score > 0 else "NO" if score < 0 else None
+@functools.lru_cache(maxsize=8)
+def _source_log_odds(params: WorldParams) -> dict[tuple[str, str], float]:
+    """The evidence weight of an item of each (kind, source): the log-odds of the source's true reliability (a news
+    source's, a group's, a post author's behaviour's `POST_HONESTY`; a deceiver's is negative)."""
+    reliability = {**{("news", name): r for name, r in NEWS_SOURCES}, **{("tip", name): r for name, r in GROUP_NAMES},
+                   **{("post", npc_name(k)): POST_HONESTY[b] for k, b in enumerate(npc_behaviours(params))}}
+    return {key: math.log(r / (1.0 - r)) for key, r in reliability.items()}
 
 
 def _outcome_side(prompt: str, env: RLAIFTextEnv) -> str | None:
@@ -100,9 +91,10 @@ def reply_at(name: str, prompt: str, env: RLAIFTextEnv, *, fraction: float = BET
     if name == "teacher":
         return ScriptedLLM().reply(prompt)
     if name == "informed":
-        return _bet_side(prompt, _evidence_side(prompt, env), fraction, env.config.prompt_style)
+        return _bet_side(prompt, _feed_side(prompt, env), fraction, env.config.prompt_style)
     if name == "calibrated":
-        return _bet_side(prompt, _calibrated_side(prompt, env), fraction, env.config.prompt_style)
+        side = _feed_side(prompt, env, _source_log_odds(env.params))
+        return _bet_side(prompt, side, fraction, env.config.prompt_style)
     if name == "truth":
         return _bet_side(prompt, _outcome_side(prompt, env), fraction, env.config.prompt_style)
     raise ValueError(f"unknown baseline {name!r}; the baselines are {', '.join(BASELINES + REFERENCES)}")

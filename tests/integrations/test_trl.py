@@ -591,6 +591,10 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
             line.startswith("| 4,000,000")]
     assert len(rows) == 2 * 3  # after SFT, after SFT+RL (exact), after SFT+GRPO (sampled)
     assert all(re.search(r"\d+% of [12]\b|-", row.split("|")[6]) for row in rows)  # against the drawn outcome
+    # a file that is not a training run's results.json: one line saying so, exit 2, no traceback
+    bad = subprocess.run([sys.executable, "examples/side_agreement.py", str(tmp_path / "missing.json")], cwd=root,
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "not a results.json" in bad.stderr
 
 
 def test_the_example_baselines_only_prints_the_reference_columns_without_a_model(tmp_path):

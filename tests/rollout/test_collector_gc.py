@@ -33,12 +33,15 @@ def test_objects_the_caller_froze_stay_frozen():
     """A collector that found the GC frozen never unfreezes it (that would empty the permanent generation). The
     count may still fall by a few: a frozen object whose last reference goes away is freed all the same (a full
     suite freezes over a million objects here, and 4 of them were freed during the collection once)."""
+    sentinel = [object()]  # a container the GC tracks: frozen, it is in no generation get_objects() lists
     gc.freeze()
     try:
         frozen = gc.get_freeze_count()
         assert frozen > 1000  # the suite's modules and objects, at the least
+        assert not any(o is sentinel for o in gc.get_objects())
         RolloutCollector(ScriptedLLMAgent(), env_config={"num_ticks": 2}, num_envs=1).collect(1, seed=0)
         assert gc.get_freeze_count() >= frozen - 1000
+        assert not any(o is sentinel for o in gc.get_objects())  # still frozen: an unfreeze would list it
     finally:
         gc.unfreeze()
 
