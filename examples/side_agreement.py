@@ -25,9 +25,7 @@ from pathlib import Path
 
 from rlaif_gym import RLAIFEnvConfig
 from rlaif_gym.envs.decisions import DECISION_WORLD, decision_points
-from rlaif_gym.evals.baselines import reply_at
-from rlaif_gym.llm import FormatOnlyLLM
-from rlaif_gym.sim import NpcBehaviour, npc_behaviours, npc_name
+from rlaif_gym.evals.baselines import deceiver_on_market, reply_at
 
 _SIDE = re.compile(r'"outcome":\s*"(YES|NO)"')
 
@@ -36,10 +34,6 @@ def side(reply: str) -> str | None:
     """The side a reply bets on, or None (a wait, or no valid bet)."""
     match = _SIDE.search(reply)
     return match.group(1) if match else None
-
-
-def deceiver_names(params) -> set[str]:
-    return {npc_name(k) for k, b in enumerate(npc_behaviours(params)) if b == NpcBehaviour.DECEIVER}
 
 
 def share(pairs: list[tuple[str | None, str | None]]) -> str:
@@ -71,11 +65,8 @@ def main(path: str) -> int:
         rows = []
         for point in points:
             env = point.env()
-            bet = FormatOnlyLLM().bet(point.prompt)
-            liars = deceiver_names(env.params)
-            deceived = bet is not None and any(p.subject == bet[0] and p.source in liars for p in env.shown_view.posts)
             rows.append((side(reply_at("informed", point.prompt, env)), side(reply_at("calibrated", point.prompt, env)),
-                         side(reply_at("truth", point.prompt, env)), deceived))
+                         side(reply_at("truth", point.prompt, env)), deceiver_on_market(point)))
         for name, replies in columns.items():
             if not name.startswith("after"):
                 continue

@@ -11,7 +11,9 @@ One file, top to bottom (CleanRL style). The recipe (docs/trl.md gives each choi
 1. **Decision points** (`rlaif_gym.envs.decisions`) of a small world (2 markets that resolve within 2-4 ticks,
    news every tick), in the compact prompt style (`prompt_style="compact"`: the rules in under 80 tokens, and
    per tick only the open markets, cash, holdings and the feed items naming an open market). Training points
-   come from seeds `seed ..`; two disjoint held-out sets (`--held-out-seeds`) are only evaluated.
+   come from seeds `seed ..`, drawn so that half of them have a deceiver NPC's post on the bet's market (the
+   curriculum, `--deceived-share`: where reading the feed naively goes wrong, about 22 % of points in the world's
+   own draw); two disjoint held-out sets (`--held-out-seeds`, the world's own draw) are only evaluated.
 2. **Credit that pays what the evidence is about**: each rollout is one reply, then clean waits until every
    market open at the point has resolved (`DecisionPoint.resolution_horizon`), so a bet is paid at the outcome
    the world drew, which the feed is written from (never at the hidden p*, which the feed does not predict).
@@ -68,6 +70,7 @@ from rlaif_gym import RLAIFEnvConfig
 from rlaif_gym.benchmark import cpu_model, load_average
 from rlaif_gym.envs.decisions import DECISION_WORLD, DecisionPoint, decision_points
 from rlaif_gym.evals import baseline_reply, interval
+from rlaif_gym.evals.baselines import deceiver_on_market
 from rlaif_gym.integrations.trl import (
     DecisionReply,
     SharedPromptGRPOTrainer,
@@ -94,7 +97,11 @@ class Args:
     """The RL variant: "exact" (policy gradient over the enumerated bets), "grpo" (TRL's sampled groups), or both
     (each from the same SFT start, evaluated side by side)."""
     train_seeds: int = 1000
-    """Training episodes (seeds seed .. seed + train_seeds - 1), one decision point each, for SFT and RL."""
+    """Training decision points (one per episode, from seed `seed` upward), for SFT and RL."""
+    deceived_share: float | None = 0.5
+    """The curriculum: the share of training points at which a deceiver NPC's post names the bet's market (where the
+    naive feed majority and the calibrated rule part), drawn by skipping seeds; None: every seed in turn (the world's
+    own share, about 22 %). The held-out sets always keep the world's share."""
     held_out_seeds: tuple[int, int] = (1_000_000, 2_000_000)
     """The first seed of each held-out set (two disjoint sets; results.json keys them by it)."""
     eval_points: int = 200
@@ -180,6 +187,28 @@ def parse_args() -> Args:
                                    min_bet_share=0.0, min_format_valid=0.0, eval_batch=2,
                                    eval_base=True)
     return args
+
+
+def training_points(find, args: Args) -> list[DecisionPoint]:
+    """`train_seeds` decision points from seed `seed` upward; with `deceived_share`, seeds are skipped so that that
+    share of them (rounded) has a deceiver's post on the bet's market (`deceiver_on_market`), in seed order."""
+    if args.deceived_share is None:
+        return find(range(args.seed, args.seed + args.train_seeds))
+    want = {True: round(args.deceived_share * args.train_seeds)}
+    want[False] = args.train_seeds - want[True]
+    kept: list[DecisionPoint] = []
+    start = args.seed
+    while any(want.values()):
+        if start - args.seed > 100 * args.train_seeds:
+            raise SystemExit(f"--deceived-share {args.deceived_share}: found {len(kept)} of {args.train_seeds} "
+                             "points in 100 seeds a point; lower it (the world's own share is about 0.22)")
+        for point in find(range(start, start + args.train_seeds)):
+            deceived = deceiver_on_market(point)
+            if want[deceived]:
+                want[deceived] -= 1
+                kept.append(point)
+        start += args.train_seeds
+    return kept
 
 
 # -- the teachers and the enumerated replies ------------------------------------------------------------------------
@@ -398,11 +427,12 @@ def main() -> int:
     config = RLAIFEnvConfig.from_any({**DECISION_WORLD, "prompt_style": "compact", **json.loads(args.config or "{}")})
     find = functools.partial(decision_points, config=config, resolves_within=args.resolves_within,
                              horizon=args.resolves_within)
-    train_points = find(range(args.seed, args.seed + args.train_seeds))
+    train_points = training_points(find, args)
     spare = args.eval_points // 4 + 8  # a few seeds have no qualifying tick
     held_out = {start: find(range(start, start + args.eval_points + spare))[:args.eval_points]
                 for start in args.held_out_seeds}
-    print(f"{len(train_points)} training decision points, held out {[len(p) for p in held_out.values()]}")
+    print(f"{len(train_points)} training decision points ({sum(map(deceiver_on_market, train_points))} with a "
+          f"deceiver's post on the bet's market), held out {[len(p) for p in held_out.values()]}")
     stage("decision points", t0)
 
     # -- the teachers and the ceiling, on the held-out points

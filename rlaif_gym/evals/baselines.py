@@ -29,7 +29,7 @@ from ..llm.format_teacher import FormatOnlyLLM, bet_reply
 from ..llm.scripted import ScriptedLLM
 from ..sim import GROUP_NAMES, NEWS_SOURCES, POST_HONESTY, WorldParams, npc_behaviours, npc_name
 
-__all__ = ["BASELINES", "baseline_reply", "reply_at"]
+__all__ = ["BASELINES", "baseline_reply", "deceiver_on_market", "reply_at"]
 
 BASELINES = ("wait", "teacher", "informed", "truth")
 """The baselines' names, in a scorecard's order."""
@@ -98,6 +98,17 @@ def reply_at(name: str, prompt: str, env: RLAIFTextEnv, *, fraction: float = BET
     if name == "truth":
         return _bet_side(prompt, _outcome_side(prompt, env), fraction, env.config.prompt_style)
     raise ValueError(f"unknown baseline {name!r}; the baselines are {', '.join(BASELINES + REFERENCES)}")
+
+
+def deceiver_on_market(point: DecisionPoint) -> bool:
+    """Whether a post by a deceiver NPC names the market of the informed rule's bet at `point`: where the naive
+    feed majority and the calibrated rule part (the post counts for its side in one, against it in the other)."""
+    bet = FormatOnlyLLM(fraction=BET_FRACTION).bet(point.prompt)
+    if bet is None:
+        return False
+    env = point.env()
+    liars = {npc_name(k) for k, b in enumerate(npc_behaviours(env.params)) if POST_HONESTY[b] < 0.5}
+    return any(post.subject == bet[0] and post.source in liars for post in env.shown_view.posts)
 
 
 def baseline_reply(name: str, point: DecisionPoint, *, fraction: float = BET_FRACTION) -> str:
