@@ -16,7 +16,7 @@ from ..sim import WorldParams, WorldState
 from ..sim import fast as sim_fast
 from .observation import FeatureLayout, encode_observations
 
-__all__ = ["available", "encode_observations_fast"]
+__all__ = ["available", "encode_observations_fast", "kernel", "scratch"]
 
 numba = sim_fast.numba
 _warm = False  # the kernel has run in this process (later calls skip `sim_fast.compile_notice`)
@@ -27,10 +27,10 @@ def available() -> bool:
     return numba is not None
 
 
-def _kernel(start, dur_max, num_ticks, max_lev, fee_rate, min_fee, low, high, fb, ib, kb, bb, tab, out, esc):
+def kernel(start, dur_max, num_ticks, max_lev, fee_rate, min_fee, low, high, fb, ib, kb, bb, tab, out, esc):
     """Write every world's observation row into out (B, D); fb, ib, kb, bb, tab: the packed state
     (`sim.fast.packed`); esc: `scratch` floats."""
-    s = sim_fast._state_views(fb, ib, kb, bb, tab)
+    s = sim_fast.state_views(fb, ib, kb, bb, tab)
     tick, cash, realized, pm_yes, pm_no = s.tick, s.cash, s.realized_pnl, s.pm_yes, s.pm_no
     pm_last, pm_resolve, hold_yes, hold_no = s.pm_last_price, s.pm_resolve_tick, s.hold_yes, s.hold_no
     news_acc, post_acc, group_acc, joined, npc_flow = s.news_acc, s.post_acc, s.group_acc, s.joined, s.pm_npc_flow
@@ -77,26 +77,26 @@ def _kernel(start, dur_max, num_ticks, max_lev, fee_rate, min_fee, low, high, fb
         for g in range(g_count):
             row[k] = 1.0 if joined[b, g] else 0.0
             k += 1
-        eq = sim_fast._equity(b, m_count, p_count, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no,
+        eq = sim_fast.equity(b, m_count, p_count, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no,
                               pos_side, pos_entry, pos_margin, pos_notional, perp_price, buf)
-        ex = sim_fast._exposure(b, m_count, p_count, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry,
+        ex = sim_fast.exposure(b, m_count, p_count, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry,
                                 pos_notional, perp_price, buf)
         row[k] = cash[b] / start
         row[k + 1] = eq / start
         row[k + 2] = 1.0 - t / num_ticks
-        row[k + 3] = ex / sim_fast._fmax(eq, 1e-9)
+        row[k + 3] = ex / sim_fast.fmax(eq, 1e-9)
         row[k + 4] = realized[b] / start
         for j in range(out.shape[1]):
-            v = sim_fast._fmin(sim_fast._fmax(row[j], low[j]), high[j])
+            v = sim_fast.fmin(sim_fast.fmax(row[j], low[j]), high[j])
             out[b, j] = np.float32(v)
 
 
 if numba is not None:
-    _kernel = sim_fast._jit_flat(_kernel)
+    kernel = sim_fast.jit_flat(kernel)
 
 
 def scratch(num_markets: int, num_perps: int, dim: int) -> np.ndarray:
-    """Float scratch for `_kernel` (it allocates nothing itself: see `sim.fast._jit_flat`)."""
+    """Float scratch for `kernel` (it allocates nothing itself: see `sim.fast.jit_flat`)."""
     return np.empty(max(num_markets, num_perps) + dim)
 
 
@@ -112,9 +112,9 @@ def encode_observations_fast(state: WorldState, params: WorldParams, layout: Fea
             out, scratch(params.num_markets, params.num_perps, out.shape[1]))
     global _warm
     if _warm:
-        _kernel(*args)
+        kernel(*args)
     else:
-        with sim_fast.compile_notice(_kernel):
-            _kernel(*args)
+        with sim_fast.compile_notice(kernel):
+            kernel(*args)
         _warm = True
     return out

@@ -128,10 +128,10 @@ def _compiled():
     if _kernel is None:
         from ..sim import fast as sim_fast
 
-        if sim_fast.numba is None:
+        if not sim_fast.available():
             return None
-        _equity = sim_fast._equity
-        _kernel = sim_fast._jit(_mask_rows)  # cached with the other kernels (sim.fast.kernel_cache_dir)
+        _equity = sim_fast.equity
+        _kernel = sim_fast.jit(_mask_rows)  # cached with the other kernels (sim.fast.kernel_cache_dir)
     return _kernel
 
 

@@ -3,14 +3,14 @@
 `RLAIFCore.step` with the compiled backend and the skill reward calls `FusedStep.step`, which hands
 integer actions of shape (B, 4) to `_fused`, a numba function that, per world, checks the action
 against the space, decodes it (`encoding.action.decode_actions`), runs the world kernel
-(`sim.fast._kernel`), computes the reward components and their weighted sum
+(`sim.fast.kernel`), computes the reward components and their weighted sum
 (`rewards.composite.RewardFunction` with the skill scheme: pnl and risk), and writes the observation
 (`encoding.fast`). Python only wraps the results. Without it, one step crossed the Python/numpy
 boundary about twenty times (decoding, ~86 unboxed array arguments twice, the reward's numpy
 temporaries, the observation), which cost 10-20x the compiled work at one world.
 
 Exactness: each stage does the same floating-point operations, in the same order, as the unfused
-stages it replaces (decode's equity is the kernel's own `_equity`, which sums in numpy's order; the
+stages it replaces (decode's equity is the kernel's own `equity`, which sums in numpy's order; the
 reward is `(0 + c_pnl x pnl) + c_risk x risk`, as `RewardFunction.combine` accumulates it), so the
 fused and unfused compiled paths agree bit for bit (tests/envs/test_fused.py). Configs it does not
 cover (the original reward scheme, an archetype's behaviour term) take the unfused path.
@@ -39,10 +39,18 @@ _KIND_CODES = np.asarray(ACTION_KINDS, dtype=np.int64)
 # Status codes of `_fused`.
 OK, BAD_ACTION, NOT_FINITE = 0, 1, 2
 
-# Rows of the float outcome array after sim.fast's 11 (`_OF`): the components, then the reward.
+# Rows of the float outcome array after sim.fast's 11 (`OUT_F`): the components, then the reward.
 COMPONENTS = ("pnl", "risk")
 """The components the fused step computes, in `RewardFunction.components`' order."""
-_PNL_ROW, _RISK_ROW, _REWARD_ROW = len(sim_fast._OF), len(sim_fast._OF) + 1, len(sim_fast._OF) + 2
+_PNL_ROW, _RISK_ROW, _REWARD_ROW = len(sim_fast.OUT_F), len(sim_fast.OUT_F) + 1, len(sim_fast.OUT_F) + 2
+
+# The rows and constants `_fused` reads, looked up by name in sim.fast's layouts (compile-time constants).
+_NUM_MARKETS, _NUM_PERPS = sim_fast.PI.index("num_markets"), sim_fast.PI.index("num_perps")
+_FEE_RATE, _MIN_FEE = sim_fast.PF.index("fee_rate"), sim_fast.PF.index("min_fee")
+_FILLED_USD, _EQUITY_BEFORE, _PNL_DELTA, _EXPOSURE_RATIO, _LEVERAGE_REQUESTED = (
+    sim_fast.OUT_F.index(n) for n in ("filled_usd", "equity_before", "pnl_delta", "exposure_ratio",
+                                      "leverage_requested"))
+_ADDED_EXPOSURE, _BANKRUPT = sim_fast.OUT_B.index("added_exposure"), sim_fast.OUT_B.index("bankrupt")
 
 
 def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb, ib, kb, bb, tab, sf, si, sb, esc):
@@ -54,7 +62,7 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
     the world kernel's scratch (`sim.fast.scratch`); esc: the encoder's (`encoding.fast.scratch`), whose
     first max(M, P) floats also serve the decoder.
     """
-    s = sim_fast._state_views(fb, ib, kb, bb, tab)
+    s = sim_fast.state_views(fb, ib, kb, bb, tab)
     nb = s.tick.shape[0]
     kind, target, side, pre_error = isc[0], isc[1], isc[2], isc[3]
     amount, leverage, pre_a, pre_b = fsc[0], fsc[1], fsc[2], fsc[3]
@@ -66,7 +74,7 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         for j in range(4):
             if acts[b, j] < 0 or acts[b, j] >= ic[j]:
                 return BAD_ACTION
-    m, np_ = pi[sim_fast._NUM_MARKETS], pi[sim_fast._NUM_PERPS]
+    m, np_ = pi[_NUM_MARKETS], pi[_NUM_PERPS]
     buf = esc[0:max(m, np_)]
     for b in range(nb):
         k, t, q, sd = ic[4 + acts[b, 0]], acts[b, 1], acts[b, 2], acts[b, 3]
@@ -78,7 +86,7 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         pre_a[b] = 0.0
         pre_b[b] = 0.0
         if k == _BUY or k == _PERP:  # noqa: SIM109 (a tuple test costs more in compiled code)
-            margin = buy_fractions[q] * sim_fast._equity_of(b, s, pf, pi, buf)
+            margin = buy_fractions[q] * sim_fast.equity_of(b, s, pf, pi, buf)
             amount[b] = margin if k == _BUY else margin * perp_leverage
         elif k == _SELL:
             slot = min(t, m - 1)
@@ -86,7 +94,7 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
             amount[b] = sell_fractions[q] * held
         else:
             amount[b] = 0.0
-    sim_fast._kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i,
+    sim_fast.kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i,
                      out_b, fb, ib, kb, bb, tab, sf, si, sb)
     # The skill scheme's components (rewards.components.trading_component and
     # proportional_risk_component), then RewardFunction.combine's accumulation.
@@ -94,27 +102,27 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         fc[11], fc[12], fc[13], fc[14], fc[15], fc[16], fc[17], fc[18])
     status = OK
     for b in range(nb):
-        bankrupt = out_b[sim_fast._BANKRUPT, b]
-        pnl = pnl_scale * out_f[sim_fast._PNL_DELTA, b] / start - bankrupt_penalty * (1.0 if bankrupt else 0.0)
-        lev = out_f[sim_fast._LEVERAGE_REQUESTED, b]
-        equity = sim_fast._fmax(out_f[sim_fast._EQUITY_BEFORE, b], 1e-9)
-        added_usd = out_f[sim_fast._FILLED_USD, b] * sim_fast._fmax(lev, 1.0)
-        above_usd = sim_fast._fmax(out_f[sim_fast._EXPOSURE_RATIO, b] - threshold, 0.0) * equity
-        excess_usd = sim_fast._fmin(added_usd, above_usd) if out_b[sim_fast._ADDED_EXPOSURE, b] else 0.0
-        excess_lev = sim_fast._fmax(lev / max_lev - 1.0, 0.0)
+        bankrupt = out_b[_BANKRUPT, b]
+        pnl = pnl_scale * out_f[_PNL_DELTA, b] / start - bankrupt_penalty * (1.0 if bankrupt else 0.0)
+        lev = out_f[_LEVERAGE_REQUESTED, b]
+        equity = sim_fast.fmax(out_f[_EQUITY_BEFORE, b], 1e-9)
+        added_usd = out_f[_FILLED_USD, b] * sim_fast.fmax(lev, 1.0)
+        above_usd = sim_fast.fmax(out_f[_EXPOSURE_RATIO, b] - threshold, 0.0) * equity
+        excess_usd = sim_fast.fmin(added_usd, above_usd) if out_b[_ADDED_EXPOSURE, b] else 0.0
+        excess_lev = sim_fast.fmax(lev / max_lev - 1.0, 0.0)
         risk = 0.0 - penalty * (excess_usd / start + excess_lev)
         out_f[_PNL_ROW, b] = pnl
         out_f[_RISK_ROW, b] = risk
-        if not (sim_fast._isfinite(pnl) and sim_fast._isfinite(risk)):
+        if not (sim_fast.isfinite(pnl) and sim_fast.isfinite(risk)):
             status = NOT_FINITE
         out_f[_REWARD_ROW, b] = (0.0 + c_pnl * pnl) + c_risk * risk
-    encoding_fast._kernel(fc[19], fc[20], fc[21], fc[22], pf[sim_fast._FEE_RATE], pf[sim_fast._MIN_FEE], low, high, fb,
+    encoding_fast.kernel(fc[19], fc[20], fc[21], fc[22], pf[_FEE_RATE], pf[_MIN_FEE], low, high, fb,
                           ib, kb, bb, tab, obs, esc)
     return status
 
 
 if numba is not None:
-    _fused = sim_fast._jit_flat(_fused)
+    _fused = sim_fast.jit_flat(_fused)
 
 
 def supports(reward_fn, archetype: str | None) -> bool:
@@ -139,7 +147,7 @@ class FusedStep:
             layout.low.astype(np.float64), layout.high.astype(np.float64),
         ]).astype(np.float64)
         ic = np.concatenate([self.nvec, _KIND_CODES]).astype(np.int64)
-        self._consts = (*sim_fast._param_arrays(params), fc, ic)
+        self._consts = (*sim_fast.param_arrays(params), fc, ic)
         self._scratch = (*sim_fast.scratch(self._consts[1]),
                          encoding_fast.scratch(params.num_markets, params.num_perps, len(layout.names)))
         self._isc, self._fsc = np.empty((4, n), np.int64), np.empty((4, n))
@@ -149,7 +157,7 @@ class FusedStep:
         self._warm = False
 
     def __setstate__(self, state: dict) -> None:
-        """After `pickle` or `copy.deepcopy`: the world constants read-only again, as `_param_arrays` made them.
+        """After `pickle` or `copy.deepcopy`: the world constants read-only again, as `sim.fast.param_arrays` made them.
 
         The compiled step is specialised on read-only constant arrays; a writable copy would make the
         next step compile a second specialisation (minutes on a cold cache) without a word."""
@@ -159,8 +167,8 @@ class FusedStep:
 
     @staticmethod
     def _outputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return (np.empty((len(sim_fast._OF) + 3, n)), np.empty((len(sim_fast._OI), n), dtype=np.int64),
-                np.empty((len(sim_fast._OB), n), dtype=np.bool_))
+        return (np.empty((len(sim_fast.OUT_F) + 3, n)), np.empty((len(sim_fast.OUT_I), n), dtype=np.int64),
+                np.empty((len(sim_fast.OUT_B), n), dtype=np.bool_))
 
     def step(self, state: sim.WorldState, actions: np.ndarray, *, reuse: bool = False):
         """Run one step of every world in `state` (mutated in place) with int64 actions (B, 4).
@@ -171,7 +179,7 @@ class FusedStep:
                 always a fresh array.
 
         Returns:
-            (observation (B, D) float32, floats (14, B): `sim.fast._OF`'s 11 rows then pnl, risk and
+            (observation (B, D) float32, floats (14, B): `sim.fast.OUT_F`'s 11 rows then pnl, risk and
             the reward; ints (3, B) and bools (3, B) in `sim.fast`'s row order).
 
         Raises:

@@ -2,14 +2,13 @@
 
 `fast.step(state, actions, params)` mutates `state` and returns a `StepOutcome` exactly as
 `engine.step` does; `engine.step` stays the reference. numba is a core dependency; where it cannot be
-installed or imported, `available()` is False and `step` falls back to `engine.step`. Kernels compile
-on first use, once per machine (30-90 s on 2 cores; `compile_notice` says so), and are
-cached in `kernel_cache_dir()`: the user cache (`rlaif_gym.sim.paths.user_cache_dir`, moved with
-``$RLAIF_GYM_CACHE``) under a digest of every source a kernel freezes at compile time (this package's
-`sim` modules, `encoding/fast.py` and `mask.py`, `envs/fused.py`) and of the numba and Python versions. numba's own
-cache checks only the timestamp of the file that defines a function, so a kernel that inlines helpers
-from another module (the fused step inlines this module's) would otherwise keep running stale code
-after that module changes. ``$NUMBA_CACHE_DIR``, when set, is numba's and wins.
+installed or imported, `available()` is False and `step` falls back to `engine.step`. How the kernels are
+compiled and cached lives in `sim._jit`; how a state reaches them (four flat buffers) in `sim.packing`.
+
+The kernel surface (`__all__`) is what the fused numeric step (`envs/fused.py`) and the compiled encoder and
+action mask (`encoding/`) build on: the kernel, the accounting helpers, numpy's scalar semantics, the layouts of
+the constant and outcome arrays (by name: a caller looks its rows up, never hard-codes them) and the decorators.
+Everything with a leading underscore is this module's own.
 
 How it stays the same as the numpy path:
 - one kernel loops over worlds and does, per world, what the vectorised functions do, in the same
@@ -32,198 +31,42 @@ float fields agree to about 1e-15 relative and discrete fields agree exactly (te
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import functools
-import hashlib
 import math
-import operator
-import os
-import platform
-import sys
-import threading
-import time
-import types
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import InvalidActionError
-from . import engine
+from . import engine, rng
+from ._jit import (
+    available,
+    call_variant,
+    compile_notice,
+    jit,
+    jit_flat,
+    jit_inline,
+    jit_phase,
+    kernel_cache_dir,
+    numba,
+)
 from .actions import ActionBatch, ActionType, ErrorCode
+from .packing import STATE_FIELDS, WorldArrays, packed, packed_copy, state_views
 from .params import GROUP_NAMES, NEWS_SOURCES, POST_HONESTY, NpcBehaviour, WorldParams
-from .paths import user_cache_dir
-from .state import FEED_LENGTH, WorldState, field_specs
+from .state import FEED_LENGTH, WorldState
 
-try:  # a core dependency, but the numpy engine stays usable where numba cannot be installed
-    import numba
-except ImportError:  # pragma: no cover - exercised only where numba is absent
-    numba = None
+# The world step (available .. step) and the kernel surface (see the module docstring).
+__all__ = ["OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STATE_FIELDS", "WorldArrays", "available", "compile_notice",
+           "equity", "equity_of", "exposure", "fmax", "fmin", "isfinite", "jit", "jit_flat", "kernel",
+           "kernel_cache_dir", "outcome_of", "packed", "packed_copy", "param_arrays", "scratch", "state_views", "step"]
 
-__all__ = ["available", "compile_notice", "kernel_cache_dir", "packed", "step"]
-
-COMPILE_NOTICE_AFTER_S = 2.0
-"""Where numba's cache cannot be inspected: a first call still running after this many seconds is compiling."""
-_noticed = False
 _warm = False  # `step` has run its kernel in this process (so it skips `compile_notice`)
-_KERNEL_NAMES = {"rlaif_gym.sim.fast._kernel_calls": "world step",
-                 "rlaif_gym.envs.fused._fused": "fused step (world, reward, observation)",
-                 "rlaif_gym.encoding.fast._kernel": "observation encoder"}
-
-
-def available() -> bool:
-    """True when numba is installed, so `step` runs compiled."""
-    return numba is not None
-
-
-def _has_cache(dispatcher) -> bool | None:
-    """Whether numba's on-disk cache holds an index for `dispatcher` (its first call then loads machine code
-    rather than compiling: the cache directory is keyed by the kernels' sources, and numba checks their
-    contents); None where that cannot be read (not a numba dispatcher, or numba's internals moved)."""
-    try:
-        return os.path.exists(dispatcher._cache._cache_file._index_path)
-    except (AttributeError, TypeError):
-        return None
-
-
-@contextlib.contextmanager
-def compile_notice(dispatcher):
-    """Around a compiled function's first call in this process: say on stderr when it compiles, and how long.
-
-    numba compiles on the first call and caches the machine code on disk, so only a machine's first run
-    (or the first after an upgrade) waits, for minutes on 2 cores; that wait should not look like a hang,
-    and a cache hit (well under a second) should not claim to compile. So the line before the call prints
-    only when the cache has nothing for this kernel, and a line after it gives the measured compile time
-    (numba's own count of cache misses says a compile ran). Where the cache cannot be inspected, a timer
-    prints the first line if the call is still running after `COMPILE_NOTICE_AFTER_S`.
-    """
-    global _noticed
-    if getattr(dispatcher, "signatures", True):
-        yield
-        return
-    name = _KERNEL_NAMES.get(f"{getattr(dispatcher, '__module__', '')}.{getattr(dispatcher, '__name__', '')}",
-                             "world kernels")
-    cached = _has_cache(dispatcher)
-
-    spoke = []
-
-    def say() -> None:
-        global _noticed
-        spoke.append(True)
-        if not _noticed:
-            _noticed = True
-            folder = kernel_cache_dir()
-            print(f"rlaif-gym: compiling the world kernels for this machine (once: about 30 s for the text face, "
-                  f"1-2 minutes for the numeric one, on 2 cores; cached "
-                  f"afterwards{f' in {folder}' if folder else ''}; backend='numpy' skips it)", file=sys.stderr,
-                  flush=True)
-
-    timer = None
-    if cached is False:
-        say()
-    elif cached is None and not _noticed:
-        timer = threading.Timer(COMPILE_NOTICE_AFTER_S, say)
-        timer.daemon = True
-        timer.start()
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        if timer is not None:
-            timer.cancel()
-        misses = getattr(dispatcher, "_cache_misses", None)
-        if (misses is not None and sum(misses.values()) > 0) or (misses is None and spoke):
-            print(f"rlaif-gym: compiled the {name} in {time.perf_counter() - started:.0f} s", file=sys.stderr,
-                  flush=True)
-
-
-_PACKAGE = Path(__file__).resolve().parents[1]
-
-
-def _kernel_sources() -> list[Path]:
-    """Every file whose code or constants a compiled kernel freezes: the sim package, the compiled encoder and
-    action mask, and the fused step (they inline this module's helpers and read the engine's constants)."""
-    return sorted([*(_PACKAGE / "sim").glob("*.py"), *(_PACKAGE / "encoding" / name for name in ("fast.py", "mask.py")),
-                   _PACKAGE / "envs" / "fused.py"])
-
-
-@functools.lru_cache(maxsize=1)
-def kernel_cache_dir() -> Path | None:
-    """Where the compiled kernels are cached (see the module docstring), created on first use; None when
-    ``$NUMBA_CACHE_DIR`` is set (numba's choice wins) or the directory cannot be written (numba's default,
-    next to the sources)."""
-    if numba is None or os.environ.get("NUMBA_CACHE_DIR"):
-        return None
-    digest = hashlib.sha256()
-    for path in _kernel_sources():
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    digest.update(f"{numba.__version__}|{sys.version_info[:2]}|{platform.machine()}".encode())
-    folder = user_cache_dir() / "kernels" / digest.hexdigest()[:16]
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    return folder if os.access(folder, os.W_OK) else None
-
-
-def _njit(fn, **options):
-    """numba.njit(cache=True, ...) with the cache in `kernel_cache_dir()` (numba reads its cache directory when a
-    function is decorated, so it is set around the decoration only)."""
-    folder = kernel_cache_dir()
-    previous = numba.config.CACHE_DIR
-    if folder is not None:
-        numba.config.CACHE_DIR = str(folder)
-    try:
-        return numba.njit(cache=True, nogil=True, error_model="numpy", **options)(fn)
-    finally:
-        numba.config.CACHE_DIR = previous
-
-
-def _jit(fn):
-    return _njit(fn) if numba is not None else fn
-
-
-def _jit_flat(fn):
-    """A kernel without numba's runtime: it allocates nothing (its caller hands it scratch), so no array
-    passed to an inlined helper inside its world loop pays an atomic reference-count pair (those pairs
-    were about 30 % of a world-tick)."""
-    return _njit(fn, _nrt=False) if numba is not None else fn
-
-
-_INLINED: list[str] = []
-"""Names of the `_jit_inline` helpers (small arithmetic: real calls in the text face's copy, `_call_variant`)."""
-_PHASES: list[str] = []
-"""Names of the `_jit_phase` helpers (the step's phases and action handlers: inlined in both copies)."""
-
-
-def _jit_inline(fn):
-    """A small helper inlined into its caller at the numba IR level (no call, no reference counting)."""
-    _INLINED.append(fn.__name__)
-    return _njit(fn, inline="always") if numba is not None else fn
-
-
-def _jit_phase(fn):
-    """A phase of the world step, or an action's handler: inlined into the kernel (called once per world)."""
-    _PHASES.append(fn.__name__)
-    return _njit(fn, inline="always") if numba is not None else fn
-
-
-def _jit_view(fn):
-    """A view of a packed buffer: always inlined, so building it needs no runtime (see `_jit_flat`)."""
-    return _njit(fn, inline="always") if numba is not None else fn
-
-
 _U64 = np.uint64
-_C1 = _U64(0xBF58476D1CE4E5B9)
-_C2 = _U64(0x94D049BB133111EB)
-_GOLDEN = _U64(0x9E3779B97F4A7C15)
+_C1, _C2, _GOLDEN, _TO_UNIT = rng._C1, rng._C2, rng._GOLDEN, rng._TO_UNIT  # SplitMix64's constants, as `rng` draws
 _S16 = _U64(1 << 16)
 _SH11 = _U64(11)
 _SH27 = _U64(27)
 _SH30 = _U64(30)
 _SH31 = _U64(31)
-_TO_UNIT = 2.0**-53
 _MARKET_STREAM = engine._MARKET_STREAM
 _SIGNAL_DECAY = engine._SIGNAL_DECAY
 _PERP_NEWS_DECAY = engine._PERP_NEWS_DECAY
@@ -246,24 +89,24 @@ _MOMENTUM = NpcBehaviour.MOMENTUM
 # Scalar helpers with numpy's semantics
 
 
-@_jit_inline
-def _fmax(a, b):
+@jit_inline
+def fmax(a, b):
     """np.maximum: NaN-propagating."""
     return a if (a >= b or a != a) else b
 
 
-@_jit_inline
-def _fmin(a, b):
+@jit_inline
+def fmin(a, b):
     """np.minimum: NaN-propagating."""
     return a if (a <= b or a != a) else b
 
 
-@_jit_inline
-def _isfinite(x):
+@jit_inline
+def isfinite(x):
     return not (math.isinf(x) or math.isnan(x))
 
 
-@_jit_inline
+@jit_inline
 def _psum(a, n):
     """numpy's pairwise sum of a[:n] (what `arr.sum(axis=-1)` does on a contiguous last axis, n <= 128)."""
     if n < 8:
@@ -291,14 +134,14 @@ def _psum(a, n):
     return 0.0 + res
 
 
-@_jit_inline
+@jit_inline
 def _mix(x):
     x = (x ^ (x >> _SH30)) * _C1
     x = (x ^ (x >> _SH27)) * _C2
     return x ^ (x >> _SH31)
 
 
-@_jit_inline
+@jit_inline
 def _uniform_at(key, base, j):
     """The j-th of rng.uniforms(key, stream), where base = stream * 2**16. The generator is counter-based,
     so the kernel draws only the numbers a tick uses and still matches the engine's full draw."""
@@ -307,7 +150,7 @@ def _uniform_at(key, base, j):
     return float(x >> _SH11) * _TO_UNIT
 
 
-@_jit_inline
+@jit_inline
 def _uniforms(key, stream, n, out):
     """rng.uniforms for one world: out[:n] from (key, stream)."""
     base = stream * _S16
@@ -315,21 +158,21 @@ def _uniforms(key, stream, n, out):
         out[j] = _uniform_at(key, base, j)
 
 
-@_jit_inline
+@jit_inline
 def _normal(u1, u2):
     return math.sqrt(-2.0 * math.log1p(-u1)) * math.cos(_TWO_PI * u2)
 
 
-@_jit_inline
+@jit_inline
 def _fee(fee_rate, min_fee, gross):
-    return _fmax(fee_rate * gross, min_fee)
+    return fmax(fee_rate * gross, min_fee)
 
 
 # ---------------------------------------------------------------------------------------------
 # Accounting (engine.share_value / liquidation_value / equity / exposure for one world)
 
 
-@_jit_inline
+@jit_inline
 def _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf):
     for j in range(m):
         p = pm_no[b, j] / (pm_yes[b, j] + pm_no[b, j])
@@ -337,18 +180,18 @@ def _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf):
     return _psum(buf, m)
 
 
-@_jit_inline
+@jit_inline
 def _net_sale(same, other, sh, fee_rate, min_fee):
     """engine._net_sale for one holding: sell_proceeds, less the fee, never below 0 (0 for no shares)."""
     if sh == 0.0:
         return 0.0
     a_ = same + sh + other
-    disc = _fmax(a_ * a_ - 4.0 * sh * other, 0.0)
+    disc = fmax(a_ * a_ - 4.0 * sh * other, 0.0)
     gross = (2.0 * sh * other) / (a_ + math.sqrt(disc))
-    return _fmax(gross - _fee(fee_rate, min_fee, gross), 0.0)
+    return fmax(gross - _fee(fee_rate, min_fee, gross), 0.0)
 
 
-@_jit_inline
+@jit_inline
 def _liquidation_value(b, m, fee_rate, min_fee, pm_yes, pm_no, hold_yes, hold_no, buf):
     for j in range(m):
         y, n = pm_yes[b, j], pm_no[b, j]
@@ -356,21 +199,21 @@ def _liquidation_value(b, m, fee_rate, min_fee, pm_yes, pm_no, hold_yes, hold_no
     return _psum(buf, m)
 
 
-@_jit_inline
-def _equity(b, m, np_, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
+@jit_inline
+def equity(b, m, np_, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
             pos_notional, perp_price, buf):
     sv = _liquidation_value(b, m, fee_rate, min_fee, pm_yes, pm_no, hold_yes, hold_no, buf)
     for t in range(np_):
         s = pos_side[b, t]
         entry = pos_entry[b, t] if s != 0 else 1.0
         upnl = s * (perp_price[b, t] / entry - 1.0) * pos_notional[b, t]
-        buf[t] = _fmax(pos_margin[b, t] + upnl, 0.0) if s != 0 else 0.0
+        buf[t] = fmax(pos_margin[b, t] + upnl, 0.0) if s != 0 else 0.0
     perp = _psum(buf, np_)
     return cash[b] + sv + perp
 
 
-@_jit_inline
-def _exposure(b, m, np_, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_notional, perp_price, buf):
+@jit_inline
+def exposure(b, m, np_, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_notional, perp_price, buf):
     sv = _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf)
     for t in range(np_):
         s = pos_side[b, t]
@@ -414,65 +257,58 @@ _PROCEEDS_BELOW_FEE = int(ErrorCode.PROCEEDS_BELOW_FEE)
 _NEWS_MARKET, _NEWS_LEAK, _NEWS_ANNOUNCEMENT = 0, 1, 2
 _ANNOUNCEMENT_SOURCE, _LEAK_SOURCE = 0, 2
 
-# Float parameters (pf) and integer parameters (pi), in this order (`_param_arrays`); pi ends with the column
+# Float parameters (pf) and integer parameters (pi), in this order (`param_arrays`); pi ends with the column
 # offsets of the per-tick uniform draws, read from the engine's own layout (`engine._Cols`).
-_PF = ("fee_rate", "min_fee", "min_order", "max_leverage", "perp_volatility", "news_rate", "post_rate", "tip_rate",
-       "npc_trade_rate", "narrative_rate", "market_liquidity")
+PF = ("fee_rate", "min_fee", "min_order", "max_leverage", "perp_volatility", "news_rate", "post_rate", "tip_rate",
+      "npc_trade_rate", "narrative_rate", "market_liquidity")
 _COLUMNS = ("perp", "narr", "leak", "news", "post", "tip", "npc")
-_PI = ("num_markets", "num_perps", "num_npcs", "num_groups", "market_duration_min", "market_duration_max",
-       "funding_interval", *(f"col_{name}" for name in _COLUMNS))
-_FEE_RATE, _MIN_FEE, _MIN_ORDER, _MAX_LEVERAGE = (_PF.index(n) for n in ("fee_rate", "min_fee", "min_order",
-                                                                            "max_leverage"))
-_PERP_VOLATILITY, _NEWS_RATE, _POST_RATE, _TIP_RATE = (_PF.index(n) for n in ("perp_volatility", "news_rate",
-                                                                                "post_rate", "tip_rate"))
-_NPC_TRADE_RATE, _NARRATIVE_RATE, _MARKET_LIQUIDITY = (_PF.index(n) for n in ("npc_trade_rate", "narrative_rate",
-                                                                               "market_liquidity"))
-_NUM_MARKETS, _NUM_PERPS, _NUM_NPCS, _NUM_GROUPS = (_PI.index(n) for n in ("num_markets", "num_perps", "num_npcs",
-                                                                           "num_groups"))
-_DURATION_MIN, _DURATION_MAX, _FUNDING_INTERVAL = (_PI.index(n) for n in ("market_duration_min",
-                                                                          "market_duration_max", "funding_interval"))
-_COL_PERP, _COL_NARR, _COL_LEAK, _COL_NEWS, _COL_POST, _COL_TIP, _COL_NPC = (_PI.index(f"col_{n}") for n in _COLUMNS)
+PI = ("num_markets", "num_perps", "num_npcs", "num_groups", "market_duration_min", "market_duration_max",
+      "funding_interval", *(f"col_{name}" for name in _COLUMNS))
+_FEE_RATE, _MIN_FEE, _MIN_ORDER, _MAX_LEVERAGE = (
+    PF.index(n) for n in ("fee_rate", "min_fee", "min_order", "max_leverage"))
+_PERP_VOLATILITY, _NEWS_RATE, _POST_RATE, _TIP_RATE = (
+    PF.index(n) for n in ("perp_volatility", "news_rate", "post_rate", "tip_rate"))
+_NPC_TRADE_RATE, _NARRATIVE_RATE, _MARKET_LIQUIDITY = (
+    PF.index(n) for n in ("npc_trade_rate", "narrative_rate", "market_liquidity"))
+_NUM_MARKETS, _NUM_PERPS, _NUM_NPCS, _NUM_GROUPS = (
+    PI.index(n) for n in ("num_markets", "num_perps", "num_npcs", "num_groups"))
+_DURATION_MIN, _DURATION_MAX, _FUNDING_INTERVAL = (
+    PI.index(n) for n in ("market_duration_min", "market_duration_max", "funding_interval"))
+_COL_PERP, _COL_NARR, _COL_LEAK, _COL_NEWS, _COL_POST, _COL_TIP, _COL_NPC = (PI.index(f"col_{n}") for n in _COLUMNS)
 
-# The feed constants (cf): offsets of each table in `_param_arrays`' concatenation.
+# The feed constants (cf): offsets of each table in `param_arrays`' concatenation.
 _CF_SOURCE_WEIGHT, _CF_SOURCE_CUM, _CF_SOURCE_RELIABILITY, _CF_GROUP_WEIGHT, _CF_GROUP_RELIABILITY, _CF_LEAK_WEIGHT = (
     0, 3, 6, 9, 12, 15)
 
 # Outcome rows: floats (out_f), ints (out_i), bools (out_b); `outcome_of` names them for a StepOutcome.
-_OF = ("error_a", "error_b", "filled_shares", "filled_usd", "fee", "equity_before", "equity_after", "pnl_delta",
-       "exposure_ratio", "leverage_requested", "payout")
-_OI = ("error", "resolved", "liquidated")
-_OB = ("success", "added_exposure", "bankrupt")
-_ERROR_A, _ERROR_B, _FILLED_SHARES, _FILLED_USD, _FEE = (_OF.index(n) for n in ("error_a", "error_b", "filled_shares",
-                                                                                "filled_usd", "fee"))
-_EQUITY_BEFORE, _EQUITY_AFTER, _PNL_DELTA, _EXPOSURE_RATIO = (_OF.index(n) for n in ("equity_before", "equity_after",
-                                                                                     "pnl_delta", "exposure_ratio"))
-_LEVERAGE_REQUESTED, _PAYOUT = _OF.index("leverage_requested"), _OF.index("payout")
-_ERROR, _RESOLVED, _LIQUIDATED = (_OI.index(n) for n in _OI)
-_SUCCESS, _ADDED_EXPOSURE, _BANKRUPT = (_OB.index(n) for n in _OB)
-
-# ---------------------------------------------------------------------------------------------
-# The state inside compiled code: one named tuple of the WorldState arrays (`WorldArrays`, field for field),
-# so a kernel reads `s.cash[b]` and a new state field needs no kernel signature, view or call edited.
-
-WorldArrays = collections.namedtuple("WorldArrays", [spec.name for spec in field_specs()])
-"""The WorldState fields as a tuple numba can pass around (built from a packed state by `_state_views`)."""
+OUT_F = ("error_a", "error_b", "filled_shares", "filled_usd", "fee", "equity_before", "equity_after", "pnl_delta",
+         "exposure_ratio", "leverage_requested", "payout")
+OUT_I = ("error", "resolved", "liquidated")
+OUT_B = ("success", "added_exposure", "bankrupt")
+_ERROR_A, _ERROR_B, _FILLED_SHARES, _FILLED_USD, _FEE = (
+    OUT_F.index(n) for n in ("error_a", "error_b", "filled_shares", "filled_usd", "fee"))
+_EQUITY_BEFORE, _EQUITY_AFTER, _PNL_DELTA, _EXPOSURE_RATIO = (
+    OUT_F.index(n) for n in ("equity_before", "equity_after", "pnl_delta", "exposure_ratio"))
+_LEVERAGE_REQUESTED, _PAYOUT = OUT_F.index("leverage_requested"), OUT_F.index("payout")
+_ERROR, _RESOLVED, _LIQUIDATED = (OUT_I.index(n) for n in OUT_I)
+_SUCCESS, _ADDED_EXPOSURE, _BANKRUPT = (OUT_B.index(n) for n in OUT_B)
 
 
-@_jit_phase
-def _equity_of(b, s, pf, pi, buf):
+@jit_phase
+def equity_of(b, s, pf, pi, buf):
     """`engine.equity` of world b (numpy's summation order); buf: scratch of max(M, P)."""
-    return _equity(b, pi[_NUM_MARKETS], pi[_NUM_PERPS], pf[_FEE_RATE], pf[_MIN_FEE], s.cash, s.pm_yes, s.pm_no,
+    return equity(b, pi[_NUM_MARKETS], pi[_NUM_PERPS], pf[_FEE_RATE], pf[_MIN_FEE], s.cash, s.pm_yes, s.pm_no,
                    s.hold_yes, s.hold_no, s.pos_side, s.pos_entry, s.pos_margin, s.pos_notional, s.perp_price, buf)
 
 
-@_jit_phase
+@jit_phase
 def _exposure_of(b, s, pi, buf):
     """`engine.exposure` of world b."""
-    return _exposure(b, pi[_NUM_MARKETS], pi[_NUM_PERPS], s.pm_yes, s.pm_no, s.hold_yes, s.hold_no, s.pos_side,
+    return exposure(b, pi[_NUM_MARKETS], pi[_NUM_PERPS], s.pm_yes, s.pm_no, s.hold_yes, s.hold_no, s.pos_side,
                      s.pos_entry, s.pos_notional, s.perp_price, buf)
 
 
-@_jit_phase
+@jit_phase
 def _settle(b, t, liquidation, pf, s):
     """engine._settle_positions for one position; returns (payout, fee).
 
@@ -491,9 +327,9 @@ def _settle(b, t, liquidation, pf, s):
         side, price, entry, notional = s.pos_side[b, t], s.perp_price[b, t], s.pos_entry[b, t], s.pos_notional[b, t]
         pnl = side * (price / entry - 1.0) * notional
         fee = _fee(pf[_FEE_RATE], pf[_MIN_FEE], notional * price / entry)
-        payout = _fmax(margin + pnl - fee, 0.0)
-        fee = _fmin(fee, margin + _fmax(pnl, -margin))
-        fee = _fmax(fee, 0.0)
+        payout = fmax(margin + pnl - fee, 0.0)
+        fee = fmin(fee, margin + fmax(pnl, -margin))
+        fee = fmax(fee, 0.0)
         s.cash[b] += payout
         s.fees_paid[b] += fee
         s.fees_collected[b] += fee
@@ -512,7 +348,7 @@ def _settle(b, t, liquidation, pf, s):
 # error_a, error_b) and returns (error, error_a, error_b, filled shares, filled USD, fee), as `_Result` holds them.
 
 
-@_jit_phase
+@jit_phase
 def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     """engine._apply_buy for one world: amount_b USD (fee included) of YES (sd 0) or NO in market slot tg."""
     fee_rate, min_fee, min_order = pf[_FEE_RATE], pf[_MIN_FEE], pf[_MIN_ORDER]
@@ -521,7 +357,7 @@ def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     err = _OK
     if bad:
         err = _UNKNOWN_MARKET
-    elif not _isfinite(amount_b) or amount_b <= 0:
+    elif not isfinite(amount_b) or amount_b <= 0:
         err = _NOT_A_NUMBER
     elif amount_b < min_order:
         err = _BELOW_MIN_ORDER
@@ -553,7 +389,7 @@ def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     return err, ea, eb, shares, amount_b, fee
 
 
-@_jit_phase
+@jit_phase
 def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
     """engine._apply_sell for one world: req shares of YES (sd 0) or NO in market slot tg."""
     fee_rate, min_fee = pf[_FEE_RATE], pf[_MIN_FEE]
@@ -562,12 +398,12 @@ def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
     yes = sd == 0
     held = s.hold_yes[b, mm] if yes else s.hold_no[b, mm]
     over = req > held * (1.0 + 1e-9) + 1e-12
-    shares = _fmin(req, held)
+    shares = fmin(req, held)
     same = s.pm_yes[b, mm] if yes else s.pm_no[b, mm]
     other = s.pm_no[b, mm] if yes else s.pm_yes[b, mm]
-    sh = shares if _isfinite(shares) else 0.0
+    sh = shares if isfinite(shares) else 0.0
     a_ = same + sh + other
-    disc = _fmax(a_ * a_ - 4.0 * sh * other, 0.0)
+    disc = fmax(a_ * a_ - 4.0 * sh * other, 0.0)
     gross = (2.0 * sh * other) / (a_ + math.sqrt(disc))
     new_same = same + sh - gross
     new_other = other - gross
@@ -577,7 +413,7 @@ def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
         err = _UNKNOWN_MARKET
     elif held <= 0:
         err = _NO_SHARES
-    elif not _isfinite(req) or req <= 0:
+    elif not isfinite(req) or req <= 0:
         err = _NOT_A_NUMBER
     elif over:
         err = _INSUFFICIENT_SHARES
@@ -597,26 +433,26 @@ def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
     cost_sold = cost * shares / held
     s.realized_pnl[b] += gross - fee - cost_sold
     if yes:
-        s.hold_yes[b, mm] = _fmax(held - shares, 0.0)
+        s.hold_yes[b, mm] = fmax(held - shares, 0.0)
     else:
-        s.hold_no[b, mm] = _fmax(held - shares, 0.0)
+        s.hold_no[b, mm] = fmax(held - shares, 0.0)
     s.cost_yes[b, mm] -= cost_sold if yes else 0.0
     s.cost_no[b, mm] -= 0.0 if yes else cost_sold
     return err, ea, eb, shares, gross - fee, fee
 
 
-@_jit_phase
+@jit_phase
 def _open_perp(b, s, pf, pi, tg, sd, notional, lev, ea, eb):
     """engine._apply_open for one world: a LONG (sd 0) or SHORT of `notional` USD at `lev` on perp tg."""
     fee_rate, min_fee, min_order, max_leverage = pf[_FEE_RATE], pf[_MIN_FEE], pf[_MIN_ORDER], pf[_MAX_LEVERAGE]
     bad = tg < 0 or tg >= pi[_NUM_PERPS]
     t = 0 if bad else tg
     margin = notional / (lev if lev >= 1 else 1.0)
-    fee = _fee(fee_rate, min_fee, notional if _isfinite(notional) else 0.0)
+    fee = _fee(fee_rate, min_fee, notional if isfinite(notional) else 0.0)
     err = _OK
     if bad:
         err = _UNKNOWN_TICKER
-    elif not _isfinite(notional) or notional <= 0 or not _isfinite(lev):
+    elif not isfinite(notional) or notional <= 0 or not isfinite(lev):
         err = _NOT_A_NUMBER
     elif notional < min_order:
         err = _BELOW_MIN_ORDER
@@ -658,7 +494,7 @@ def _open_perp(b, s, pf, pi, tg, sd, notional, lev, ea, eb):
     return err, ea, eb, 0.0, margin, fee
 
 
-@_jit_phase
+@jit_phase
 def _close_perp(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     """engine._apply_close for one world: settle the position on perp tg at the current price."""
     bad = tg < 0 or tg >= pi[_NUM_PERPS]
@@ -674,7 +510,7 @@ def _close_perp(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     return err, float(tg), eb, 0.0, payout, fee
 
 
-@_jit_phase
+@jit_phase
 def _join_group(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     """engine._apply_social, JOIN_GROUP: join group chat tg."""
     bad = tg < 0 or tg >= pi[_NUM_GROUPS]
@@ -689,16 +525,16 @@ def _join_group(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     return err, float(tg), eb, 0.0, 0.0, 0.0
 
 
-@_jit_phase
+@jit_phase
 def _create_post(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     """engine._apply_social, CREATE_POST: followers and reputation grow, faster for a reputable poster."""
     s.posts_created[b] += 1
     s.followers[b] += 1 + np.int64(s.reputation[b] // 25)
-    s.reputation[b] = _fmin(s.reputation[b] + 0.5, 100.0)
+    s.reputation[b] = fmin(s.reputation[b] + 0.5, 100.0)
     return _OK, ea, eb, 0.0, 0.0, 0.0
 
 
-@_jit_phase
+@jit_phase
 def _send_dm(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     """engine._apply_social, SEND_DM: a message to NPC tg."""
     bad = tg < 0 or tg >= pi[_NUM_NPCS]
@@ -707,11 +543,11 @@ def _send_dm(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     return (_UNKNOWN_RECIPIENT if bad else _OK), float(tg), eb, 0.0, 0.0, 0.0
 
 
-@_jit_phase
+@jit_phase
 def _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i, out_b,
                   buf):
     """Apply world b's action and write its part of the outcome; returns the equity before it (USD)."""
-    eq0 = _equity_of(b, s, pf, pi, buf)
+    eq0 = equity_of(b, s, pf, pi, buf)
     err = pre_error[b]
     ea = float(pre_a[b])
     eb = float(pre_b[b])
@@ -735,8 +571,8 @@ def _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error,
             err, ea, eb, shares, usd, fee = _send_dm(b, s, pf, pi, tg, sd, am, lev, ea, eb)
     success = err == _OK
     # Only trades move cash, shares or positions: after any other action equity is still eq0.
-    if kd == _BUY or kd == _SELL or kd == _OPEN_PERP or kd == _CLOSE_PERP:
-        eq_mid = _equity_of(b, s, pf, pi, buf)
+    if kd == _BUY or kd == _SELL or kd == _OPEN_PERP or kd == _CLOSE_PERP:  # noqa: SIM108 (four lines read better)
+        eq_mid = equity_of(b, s, pf, pi, buf)
     else:
         eq_mid = eq0
     expo = _exposure_of(b, s, pi, buf)
@@ -746,7 +582,7 @@ def _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error,
     out_f[_FILLED_USD, b] = usd
     out_f[_FEE, b] = fee
     out_f[_EQUITY_BEFORE, b] = eq0
-    out_f[_EXPOSURE_RATIO, b] = expo / _fmax(eq_mid, 1e-9)
+    out_f[_EXPOSURE_RATIO, b] = expo / fmax(eq_mid, 1e-9)
     out_f[_LEVERAGE_REQUESTED, b] = float(leverage[b]) if kd == _OPEN_PERP else 0.0
     out_i[_ERROR, b] = err
     out_b[_SUCCESS, b] = success
@@ -758,7 +594,7 @@ def _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error,
 # The world's tick (engine.tick's phases, in its order)
 
 
-@_jit_phase
+@jit_phase
 def _push_news(b, s, now, kind, target, serial, source, signal):
     """engine._ring_write(state, "news", ...) for one world."""
     slot = s.news_count[b] % _R
@@ -771,7 +607,7 @@ def _push_news(b, s, now, kind, target, serial, source, signal):
     s.news_count[b] += 1
 
 
-@_jit_phase
+@jit_phase
 def _push_post(b, s, now, author, target, serial, signal):
     """engine._ring_write(state, "post", ...) for one world."""
     slot = s.post_count[b] % _R
@@ -783,7 +619,7 @@ def _push_post(b, s, now, author, target, serial, signal):
     s.post_count[b] += 1
 
 
-@_jit_phase
+@jit_phase
 def _push_tip(b, s, now, group, target, serial, signal):
     """engine._ring_write(state, "tip", ...) for one world."""
     slot = s.tip_count[b] % _R
@@ -795,7 +631,7 @@ def _push_tip(b, s, now, group, target, serial, signal):
     s.tip_count[b] += 1
 
 
-@_jit_phase
+@jit_phase
 def _mark_prices(b, s, m, lmove):
     """engine.tick's first step: each market's YES price becomes its last price; lmove[j] is the move since."""
     for j in range(m):
@@ -804,7 +640,7 @@ def _mark_prices(b, s, m, lmove):
         s.pm_last_price[b, j] = opening
 
 
-@_jit_phase
+@jit_phase
 def _advance_perps(b, s, pf, pi, cf, now, key, su, ret):
     """engine._advance_perps for world b: prices move, a narrative fires, leaks, a new narrative may start."""
     np_, o_perp, o_narr, o_leak = pi[_NUM_PERPS], pi[_COL_PERP], pi[_COL_NARR], pi[_COL_LEAK]
@@ -838,14 +674,14 @@ def _advance_perps(b, s, pf, pi, cf, now, key, su, ret):
         s.narr_mag[b] = _MOVE_LOW + _MOVE_SPAN * _uniform_at(key, su, o_narr + 4)
 
 
-@_jit_phase
+@jit_phase
 def _funding_and_liquidation(b, s, pf, pi, now, payment, hit):
     """engine._funding_and_liquidation for world b; returns how many positions were liquidated."""
     np_ = pi[_NUM_PERPS]
     if now % pi[_FUNDING_INTERVAL] == 0:
         for t in range(np_):
             rate = 1e-4 + 0.05 * math.log(s.perp_price[b, t] / s.perp_ema[b, t])
-            s.perp_funding[b, t] = _fmin(_fmax(rate, -_FUNDING_CAP), _FUNDING_CAP)
+            s.perp_funding[b, t] = fmin(fmax(rate, -_FUNDING_CAP), _FUNDING_CAP)
             side = s.pos_side[b, t]
             current = s.pos_notional[b, t] * s.perp_price[b, t] / (s.pos_entry[b, t] if side != 0 else 1.0)
             payment[t] = side * current * s.perp_funding[b, t]
@@ -872,7 +708,7 @@ def _funding_and_liquidation(b, s, pf, pi, now, payment, hit):
     return n_hit
 
 
-@_jit_phase
+@jit_phase
 def _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd, fee_m, amt, kbuf, npc_mk,
                 npc_buys_yes):
     """engine._npc_trades for world b.
@@ -896,7 +732,7 @@ def _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd
                 z = _normal(_uniform_at(key, su, o_npc + 2 * k + i), _uniform_at(key, su, o_npc + 3 * k + i))
                 gap = s.pm_truth[b, mk] + _INFORMED_NOISE * z - price
                 side_yes = gap > 0
-                size = _fmin(_fmax(2500.0 * (abs(gap) - 0.02), 0.0), 400.0) * (0.5 if bh == _DECEIVER else 1.0)
+                size = fmin(fmax(2500.0 * (abs(gap) - 0.02), 0.0), 400.0) * (0.5 if bh == _DECEIVER else 1.0)
             elif bh == _MOMENTUM:
                 move = lmove[mk]
                 side_yes = move > 0
@@ -904,7 +740,7 @@ def _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd
             else:
                 side_yes = _uniform_at(key, su, o_npc + 4 * k + i) < 0.5
                 size = 20.0 + 180.0 * _uniform_at(key, su, o_npc + 5 * k + i)
-            a_i = _fmin(size, s.npc_cash[b, i])
+            a_i = fmin(size, s.npc_cash[b, i])
         amt[i] = a_i
         npc_mk[i] = mk
         npc_buys_yes[i] = side_yes
@@ -955,7 +791,7 @@ def _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd
                     s.npc_no[b, i, j] += amt[i] * per_usd[j]
 
 
-@_jit_phase
+@jit_phase
 def _information(b, s, pf, pi, beh, cf, now, key, su, ts):
     """engine._information for world b: signals decay; news, a post and group tips may arrive."""
     m, k, g = pi[_NUM_MARKETS], pi[_NUM_NPCS], pi[_NUM_GROUPS]
@@ -984,7 +820,7 @@ def _information(b, s, pf, pi, beh, cf, now, key, su, ts):
         bh = beh[author]
         honesty = _POST_HONESTY[bh]
         sgn_i = ts[mk] if _uniform_at(key, su, o_post + 3) < honesty else -ts[mk]
-        credibility = _fmin(_fmax((s.npc_rep[b, author] - 50.0) / 50.0, -1.0), 1.0)
+        credibility = fmin(fmax((s.npc_rep[b, author] - 50.0) / 50.0, -1.0), 1.0)
         s.post_acc[b, mk] += sgn_i * credibility
         s.npc_claims[b, author, mk] += sgn_i
         _push_post(b, s, now, author, mk, s.pm_serial[b, mk], sgn_i)
@@ -996,14 +832,14 @@ def _information(b, s, pf, pi, beh, cf, now, key, su, ts):
             _push_tip(b, s, now, grp, mk, s.pm_serial[b, mk], sgn_i)
 
 
-@_jit_flat  # a real call: it runs only on ticks where a market is due
+@jit_flat  # a real call: it runs only on ticks where a market is due
 def _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4, out_i,
                         out_f):
     """engine._resolve_markets and _open_markets for world b on a tick where n_due > 0 markets are due.
 
     A real call, so it takes the packed state (fb, ib, kb, bb, tab) and builds its own views: a tuple of 73
     arrays as an argument costs compile time at every call site."""
-    s = _state_views(fb, ib, kb, bb, tab)
+    s = state_views(fb, ib, kb, bb, tab)
     m, k, dmin, dmax = pi[_NUM_MARKETS], pi[_NUM_NPCS], pi[_DURATION_MIN], pi[_DURATION_MAX]
     liq = pf[_MARKET_LIQUIDITY]
     for j in range(m):
@@ -1031,7 +867,7 @@ def _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf
             sg = 1.0 if c > 0 else (-1.0 if c < 0 else (0.0 if c == 0 else c))
             buf[j] = sg * (1.0 if s.pm_outcome[b, j] == 1 else -1.0) if due[j] else 0.0
         rep = s.npc_rep[b, i] + _REP_STEP * _psum(buf, m)
-        s.npc_rep[b, i] = _fmin(_fmax(rep, 0.0), 100.0)
+        s.npc_rep[b, i] = fmin(fmax(rep, 0.0), 100.0)
         for j in range(m):
             if due[j]:
                 s.npc_yes[b, i, j] = 0.0
@@ -1062,7 +898,7 @@ def _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf
         life = dmin + np.int64(math.floor(u4[3] * (dmax - dmin + 1)))
         pool_yes = 2.0 * liq * (1.0 - p0)
         pool_no = 2.0 * liq * p0
-        collateral = _fmax(pool_yes, pool_no)
+        collateral = fmax(pool_yes, pool_no)
         s.pm_yes[b, j] = pool_yes
         s.pm_no[b, j] = pool_no
         s.pm_collateral[b, j] = collateral
@@ -1087,7 +923,7 @@ def _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf
     out_f[_PAYOUT, b] = payout
 
 
-@_jit_phase
+@jit_phase
 def _resolve_markets(b, s, packed_state, pf, pi, now, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4, out_i, out_f):
     """engine._resolve_markets for world b: pay out and reopen the markets due by `now`."""
     m, k = pi[_NUM_MARKETS], pi[_NUM_NPCS]
@@ -1104,20 +940,20 @@ def _resolve_markets(b, s, packed_state, pf, pi, now, due, ap, buf, npc_pay, npc
     s.realized_pnl[b] += 0.0
     for i in range(k):
         s.npc_cash[b, i] += 0.0
-        s.npc_rep[b, i] = _fmin(_fmax(s.npc_rep[b, i] + 0.0, 0.0), 100.0)
+        s.npc_rep[b, i] = fmin(fmax(s.npc_rep[b, i] + 0.0, 0.0), 100.0)
     s.house_cash[b] += 0.0
     out_i[_RESOLVED, b] = 0
     out_f[_PAYOUT, b] = 0.0
 
 
-@_jit_flat
-def _kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i, out_b, fb,
+@jit_flat
+def kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i, out_b, fb,
             ib, kb, bb, tab, sf, si, sb):
     """Apply one action per world and advance every world one tick (`engine.step`'s phases, in its order).
 
     fb, ib, kb, bb, tab: the packed state (`packed`); sf, si, sb: float, int and bool scratch from `scratch(pi)`.
     Returns False, with no world touched, when an action kind is not an ActionType code."""
-    s = _state_views(fb, ib, kb, bb, tab)
+    s = state_views(fb, ib, kb, bb, tab)
     nb = s.tick.shape[0]
     # The numpy path rejects the whole batch before touching any world.
     for b in range(nb):
@@ -1150,213 +986,33 @@ def _kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pr
         s.tick[b] = now
         _resolve_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4, out_i,
                          out_f)
-        eq1 = _equity_of(b, s, pf, pi, buf)
+        eq1 = equity_of(b, s, pf, pi, buf)
         out_f[_EQUITY_AFTER, b] = eq1
         out_f[_PNL_DELTA, b] = eq1 - eq0
         out_b[_BANKRUPT, b] = eq1 < pf[_MIN_FEE]
     return True
 
 
-_STATE_FIELDS = WorldArrays._fields
-_state_arrays = operator.attrgetter(*_STATE_FIELDS)
-
-# ---------------------------------------------------------------------------------------------
-# The packed state. A compiled call pays for every array argument it unboxes (73 state arrays cost
-# more than a one-world step's compiled work), so the compiled backend
-# keeps a state's arrays as views of four flat buffers (float64, int64, uint64, bool) and passes
-# those plus a table of offsets and shapes; `_state_views` rebuilds the views inside compiled code.
-
-_PACK_KINDS = {"f": np.float64, "i": np.int64, "u": np.uint64, "b": np.bool_}
-_BUFFER_OF_KIND = {"f": "fb", "i": "ib", "u": "kb", "b": "bb"}
-_PACKED_LAYOUT = tuple((spec.dtype.kind, 1 + len(spec.dims)) for spec in field_specs())
-"""(dtype kind, ndim) of each WorldState field, in field order, from its declaration (`sim.state.field_specs`)."""
-
-
-@functools.lru_cache(maxsize=64)
-def _pack_table(signature: tuple) -> tuple[np.ndarray, dict[str, int]]:
-    """The table `packed` returns and the buffer sizes, for arrays of `signature` ((dtype, shape) per field, in
-    field order; cached, since a run packs states of a few shapes). Offsets run in field order within each kind.
-    Raises TypeError for an array of another dtype or rank than its field's declaration."""
-    nb = signature[0][1][0]
-    table = np.zeros((len(signature) + 1, 3), dtype=np.int64)
-    used = dict.fromkeys(_PACK_KINDS, 0)
-    for i, (name, (dtype, shape), (kind, ndim)) in enumerate(zip(_STATE_FIELDS, signature, _PACKED_LAYOUT,
-                                                                   strict=True)):
-        if dtype != _PACK_KINDS[kind] or len(shape) != ndim or shape[0] != nb:
-            raise TypeError(f"WorldState.{name} must be a {np.dtype(_PACK_KINDS[kind])} array of {ndim} dimensions "
-                            f"with {nb} worlds first, got {dtype} {shape}")
-        table[i, 0] = used[kind]
-        table[i, 1:ndim] = shape[1:]
-        used[kind] += math.prod(shape)
-    table[-1, 0] = nb
-    table.setflags(write=False)
-    return table, used
-
-
-def packed(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`state`'s arrays as four flat buffers and a table, for the compiled kernels.
-
-    The first call copies the arrays into the buffers and rebinds the state's fields to views of
-    them (values unchanged; numpy code sees no difference); later calls return the cached buffers
-    until a field is rebound (`WorldState` drops the cache then; copies never carry it).
-
-    Returns:
-        (float64, int64, uint64 and bool buffers, table): row i of the int64 table holds field i's
-        offset in its buffer and its sizes after the world dimension; the last row holds B.
-    """
-    cached = state.__dict__.get("_packed")
-    if cached is not None:
-        return cached
-    arrays = _state_arrays(state)
-    table, used = _pack_table(tuple((arr.dtype, arr.shape) for arr in arrays))
-    buffers = {kind: np.empty(max(n, 1), dtype=_PACK_KINDS[kind]) for kind, n in used.items()}
-    for i, (name, arr, (kind, _)) in enumerate(zip(_STATE_FIELDS, arrays, _PACKED_LAYOUT, strict=True)):
-        view = buffers[kind][table[i, 0]: table[i, 0] + arr.size].reshape(arr.shape)
-        view[...] = arr
-        object.__setattr__(state, name, view)  # not WorldState.__setattr__, which would drop the cache
-    result = (buffers["f"], buffers["i"], buffers["u"], buffers["b"], table)
-    state.__dict__["_packed"] = result
-    return result
-
-
-def packed_copy(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`packed`'s buffers and table for a state the caller will not step: its cached buffers if it has them, else
-    a throwaway copy that leaves the state's arrays as they are (one concatenation per dtype: cheaper, for a
-    handful of worlds, than the views `packed` builds for a state that is stepped and keeps them)."""
-    cached = state.__dict__.get("_packed")
-    if cached is not None:
-        return cached
-    arrays = _state_arrays(state)
-    table, used = _pack_table(tuple((arr.dtype, arr.shape) for arr in arrays))
-    by_kind: dict[str, list[np.ndarray]] = {kind: [] for kind in _PACK_KINDS}
-    for arr, (kind, _) in zip(arrays, _PACKED_LAYOUT, strict=True):
-        by_kind[kind].append(arr.ravel())
-    buffers = {kind: np.concatenate(parts) if used[kind] else np.empty(1, dtype=_PACK_KINDS[kind])
-               for kind, parts in by_kind.items()}
-    return buffers["f"], buffers["i"], buffers["u"], buffers["b"], table
-
-
-def _slice_view(buf, offset, shape):
-    """A C-contiguous `shape` view of buf[offset:] (numba's slice and reshape; `_view`'s fallback)."""
-    n = 1
-    for d in shape:
-        n *= d
-    return buf[offset:offset + n].reshape(shape)
-
-
-def _view_intrinsic():
-    """`_view` as a numba intrinsic: the array struct written directly (data pointer, shape, C strides).
-
-    Building the state's 73 views with slicing and `reshape` was most of the compile time of every kernel that
-    builds them (the intrinsic's codegen is a few instructions). It uses
-    numba's array-model helpers, which have kept their names since numba 0.49; where they have moved, the
-    fallback is `_slice_view`, the same views compiled more slowly."""
-    try:
-        from numba.core import cgutils
-        from numba.core import types as nb_types
-        from numba.core.imputils import impl_ret_borrowed
-        from numba.extending import intrinsic
-        from numba.np.arrayobj import make_array, populate_array
-    except ImportError:  # pragma: no cover - a numba that moved its internals
-        return None
-
-    @intrinsic
-    def view(typingctx, buf, offset, shape):
-        result = nb_types.Array(buf.dtype, len(shape), "C")
-
-        def codegen(context, builder, signature, args):
-            buf_value, offset_value, shape_value = args
-            source = make_array(signature.args[0])(context, builder, buf_value)
-            out = make_array(result)(context, builder)
-            itemsize = context.get_constant(nb_types.intp,
-                                            context.get_abi_sizeof(context.get_data_type(result.dtype)))
-            dims = cgutils.unpack_tuple(builder, shape_value, len(shape))
-            strides, step = [], itemsize
-            for d in reversed(dims):
-                strides.insert(0, step)
-                step = builder.mul(step, d)
-            populate_array(out, data=builder.gep(source.data, [offset_value]), shape=dims, strides=strides,
-                           itemsize=itemsize, meminfo=source.meminfo, parent=source.parent)
-            return impl_ret_borrowed(context, builder, result, out._getvalue())
-
-        return result(buf, offset, shape), codegen
-
-    return view
-
-
-if numba is not None:
-    _view = _view_intrinsic() or _jit_view(_slice_view)
-
-
-def _state_views_source() -> str:
-    """The source of `_state_views`: one view per WorldState field, written out from `_PACKED_LAYOUT`.
-
-    numba cannot build a tuple of differently typed arrays in a loop, so the constructor call is generated
-    from the field declarations (our own names and numbers, nothing from outside the package)."""
-    dims = ("(nb,)", "(nb, tab[{i}, 1])", "(nb, tab[{i}, 1], tab[{i}, 2])")
-    views = ",\n".join(f"        {name}=_view({_BUFFER_OF_KIND[kind]}, tab[{i}, 0], {dims[ndim - 1].format(i=i)})"
-                       for i, (name, (kind, ndim)) in enumerate(zip(_STATE_FIELDS, _PACKED_LAYOUT, strict=True)))
-    return ("def _state_views(fb, ib, kb, bb, tab):\n"
-            '    """The WorldArrays of a packed state (`packed`): views of its buffers, no copies."""\n'
-            "    nb = tab[tab.shape[0] - 1, 0]\n"
-            f"    return WorldArrays(\n{views},\n    )\n")
-
-
-exec(compile(_state_views_source(), __file__, "exec"), globals())  # the source is built from field_specs
-_state_views = _jit_view(_state_views)  # noqa: F821 (defined by the exec above)
-
-
 def scratch(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The float, int and bool scratch `_kernel` needs for the world sizes in pi (`_param_arrays`' pi).
+    """The float, int and bool scratch `kernel` needs for the world sizes in pi (`param_arrays`' pi).
     Its size does not depend on the number of worlds."""
     m, np_, k = int(pi[_NUM_MARKETS]), int(pi[_NUM_PERPS]), int(pi[_NUM_NPCS])
     return (np.empty(4 + max(m, np_, k, 8) + 2 * np_ + 7 * m + 2 * k + k * m), np.empty(m + k, dtype=np.int64),
             np.empty(np_ + m + k, dtype=np.bool_))
 
 
-def _call_variant(entry: str, flat: tuple[str, ...]):
-    """A second compiled copy of the world step, entered at `entry`, whose small helpers are real calls.
-
-    Why: numba inlines a `_jit_inline` helper by copying it into every call site of its caller's IR, and
-    types the copy again: that is most of the world kernel's compile time (the world step inlines about 100
-    sites), and it makes the numeric face's hot loops fast. The text face steps one world per LLM call, where
-    a real call costs nothing measurable, so it runs a copy of the kernel whose small helpers are real calls:
-    the same code, the same arithmetic in the same order (so the same bits: tests/envs/test_fused.py compares
-    the two paths step by step), compiled in about half the time (docs/benchmarks.md ("Time to first step")).
-    The phases (`_jit_phase`) stay inlined, once each, and are copied too so that their helpers are the calls.
-    Every copy shares one globals dict, which numba reads when it compiles (at the first call).
-    """
-    if numba is None:
-        return globals()[entry]
-    names = dict(globals())
-
-    def copy(fn, suffix: str, namespace: dict):
-        dup = types.FunctionType(fn.__code__, namespace, fn.__name__ + suffix, fn.__defaults__, fn.__closure__)
-        dup.__qualname__, dup.__doc__ = dup.__name__, fn.__doc__  # numba keys its on-disk cache by the qualified name
-        return dup
-
-    for name in _INLINED:  # a standalone copy of each helper, its own helpers still inlined into it
-        names[name] = _njit(copy(globals()[name].py_func, "_call", globals()), _nrt=False)
-    for name in _PHASES:
-        names[name] = _njit(copy(globals()[name].py_func, "_calls", names), inline="always")
-    for name in flat:
-        fn = globals()[name]
-        names[name] = _njit(copy(getattr(fn, "py_func", fn), "_calls", names), _nrt=False)
-    return names[entry]
-
-
-# The world step with real calls to its small helpers (see `_call_variant`): what `step` runs (the text face, and
-# the numeric face's unfused paths); the fused numeric step (envs/fused.py) calls `_kernel`, all inlined.
-_kernel_calls = _call_variant("_kernel", ("_resolve_and_reopen", "_kernel"))
+# The world step with real calls to its small helpers (`sim._jit.call_variant`): what `step` runs (the text face,
+# and the numeric face's unfused paths); the fused numeric step (envs/fused.py) calls `kernel`, all inlined.
+_kernel_calls = call_variant(globals(), "kernel", ("_resolve_and_reopen", "kernel"))
 
 
 @functools.lru_cache(maxsize=32)
-def _param_arrays(params: WorldParams):
-    """The kernels' constants for `params`: pf (`_PF`), pi (`_PI`: sizes, then `engine._Cols` offsets), the NPC
+def param_arrays(params: WorldParams):
+    """The kernels' constants for `params`: pf (`PF`), pi (`PI`: sizes, then `engine._Cols` offsets), the NPC
     behaviours, and cf (the feed tables at the `_CF_*` offsets). Read-only: the kernels are specialised on that."""
     columns = engine._cols(params).offset
-    pf = np.array([float(getattr(params, n)) for n in _PF])
-    pi = np.array([int(getattr(params, n)) for n in _PI[:-len(_COLUMNS)]] + [columns[n] for n in _COLUMNS],
+    pf = np.array([float(getattr(params, n)) for n in PF])
+    pi = np.array([int(getattr(params, n)) for n in PI[:-len(_COLUMNS)]] + [columns[n] for n in _COLUMNS],
                   dtype=np.int64)
     beh = engine.npc_behaviours(params)
     src_w = engine._SOURCE_WEIGHT
@@ -1381,10 +1037,10 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine
     if numba is None:
         return engine.step(state, actions, params)
     b = state.tick.shape[0]
-    pf, pi, beh, cf = _param_arrays(params)
-    out_f = np.empty((len(_OF), b))
-    out_i = np.empty((len(_OI), b), dtype=np.int64)
-    out_b = np.empty((len(_OB), b), dtype=np.bool_)
+    pf, pi, beh, cf = param_arrays(params)
+    out_f = np.empty((len(OUT_F), b))
+    out_i = np.empty((len(OUT_I), b), dtype=np.int64)
+    out_b = np.empty((len(OUT_B), b), dtype=np.bool_)
     a = actions
     args = (pf, pi, beh, cf, a.kind, a.target, a.side, a.amount, a.leverage, a.pre_error, a.pre_a, a.pre_b,
             out_f, out_i, out_b, *packed(state), *scratch(pi))
@@ -1402,7 +1058,7 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine
 
 
 def outcome_of(out_f: np.ndarray, out_i: np.ndarray, out_b: np.ndarray) -> engine.StepOutcome:
-    """A `StepOutcome` whose arrays are the rows of the kernel's outcome arrays (`_OF`, `_OI`, `_OB` order)."""
+    """A `StepOutcome` whose arrays are the rows of the kernel's outcome arrays (`OUT_F`, `OUT_I`, `OUT_B` order)."""
     e_a, e_b, shares, usd, fee, eq0, eq1, pnl, ratio, lev, payout = out_f
     error, resolved, liquidated = out_i
     success, added, bankrupt = out_b

@@ -160,7 +160,7 @@ def test_copies_and_pickles_of_a_packed_state_own_their_arrays():
     for twin in (state.copy(), pickle.loads(pickle.dumps(state))):
         assert "_packed" not in twin.__dict__
         assert not np.shares_memory(twin.cash, state.cash)
-        assert all(np.array_equal(getattr(twin, n), getattr(state, n)) for n in fast._STATE_FIELDS)
+        assert all(np.array_equal(getattr(twin, n), getattr(state, n)) for n in fast.STATE_FIELDS)
     # A branch restored from a snapshot steps like the original (its own buffers, same values).
     branch = env.unwrapped.fork(1)[0]
     act = np.array([3, 1, 3, 1])

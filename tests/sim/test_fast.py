@@ -15,7 +15,18 @@ import numpy as np
 import pytest
 
 from rlaif_gym.errors import InvalidActionError
-from rlaif_gym.sim import ActionBatch, ActionType, StepOutcome, WorldParams, WorldState, draw_keys, fast, reset, step
+from rlaif_gym.sim import (
+    ActionBatch,
+    ActionType,
+    StepOutcome,
+    WorldParams,
+    WorldState,
+    _jit,
+    draw_keys,
+    fast,
+    reset,
+    step,
+)
 from rlaif_gym.sim.state import FEED_LENGTH, field_specs
 
 pytestmark = [
@@ -178,7 +189,7 @@ def test_the_kernel_cache_is_keyed_by_every_source_a_kernel_freezes(tmp_path, mo
         path.write_text("x = 1\n")
     monkeypatch.setenv("RLAIF_GYM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
-    monkeypatch.setattr(fast, "_kernel_sources", lambda: sources)
+    monkeypatch.setattr(_jit, "kernel_sources", lambda: sources)
     fast.kernel_cache_dir.cache_clear()
     try:
         first = fast.kernel_cache_dir()
@@ -194,8 +205,8 @@ def test_the_kernel_cache_is_keyed_by_every_source_a_kernel_freezes(tmp_path, mo
 
 
 def test_the_kernel_sources_cover_every_compiled_module():
-    names = {p.relative_to(p.parents[1]).as_posix() for p in fast._kernel_sources()}
-    assert {"sim/fast.py", "sim/engine.py", "sim/params.py", "encoding/fast.py", "encoding/mask.py",
+    names = {p.relative_to(p.parents[1]).as_posix() for p in _jit.kernel_sources()}
+    assert {"sim/fast.py", "sim/engine.py", "sim/params.py", "sim/packing.py", "encoding/fast.py", "encoding/mask.py",
             "envs/fused.py"} <= names
 
 

@@ -1,0 +1,277 @@
+"""The compile plumbing of the world kernels: numba's decorators with the cache where it belongs, the first-call
+notice, the packed-buffer view intrinsic, and the call variant (a second copy of a kernel whose small helpers are
+real calls). What a kernel computes lives in `sim.fast`; how it is compiled lives here.
+
+Kernels compile on first use, once per machine (30-90 s on 2 cores; `compile_notice` says so), and are cached in
+`kernel_cache_dir()`: the user cache (`rlaif_gym.sim.paths.user_cache_dir`, moved with ``$RLAIF_GYM_CACHE``) under a
+digest of every source a kernel freezes at compile time (this package's `sim` modules, `encoding/fast.py` and
+`mask.py`, `envs/fused.py`) and of the numba and Python versions. numba's own cache checks only the timestamp of
+the file that defines a function, so a kernel that inlines helpers from another module (the fused step inlines
+`sim.fast`'s) would otherwise keep running stale code after that module changes. ``$NUMBA_CACHE_DIR``, when set,
+is numba's and wins.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import hashlib
+import os
+import platform
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+from .paths import user_cache_dir
+
+try:  # a core dependency, but the numpy engine stays usable where numba cannot be installed
+    import numba
+except ImportError:  # pragma: no cover - exercised only where numba is absent
+    numba = None
+
+__all__ = ["available", "call_variant", "compile_notice", "jit", "jit_flat", "jit_inline", "jit_phase", "jit_view",
+           "kernel_cache_dir", "kernel_sources", "view"]
+
+COMPILE_NOTICE_AFTER_S = 2.0
+"""Where numba's cache cannot be inspected: a first call still running after this many seconds is compiling."""
+_noticed = False
+_KERNEL_NAMES = {"rlaif_gym.sim.fast.kernel_calls": "world step",
+                 "rlaif_gym.envs.fused._fused": "fused step (world, reward, observation)",
+                 "rlaif_gym.encoding.fast.kernel": "observation encoder"}
+
+
+def available() -> bool:
+    """True when numba is installed, so `step` runs compiled."""
+    return numba is not None
+
+
+def _has_cache(dispatcher) -> bool | None:
+    """Whether numba's on-disk cache holds an index for `dispatcher` (its first call then loads machine code
+    rather than compiling: the cache directory is keyed by the kernels' sources, and numba checks their
+    contents); None where that cannot be read (not a numba dispatcher, or numba's internals moved)."""
+    try:
+        return os.path.exists(dispatcher._cache._cache_file._index_path)
+    except (AttributeError, TypeError):
+        return None
+
+
+@contextlib.contextmanager
+def compile_notice(dispatcher):
+    """Around a compiled function's first call in this process: say on stderr when it compiles, and how long.
+
+    numba compiles on the first call and caches the machine code on disk, so only a machine's first run
+    (or the first after an upgrade) waits, for minutes on 2 cores; that wait should not look like a hang,
+    and a cache hit (well under a second) should not claim to compile. So the line before the call prints
+    only when the cache has nothing for this kernel, and a line after it gives the measured compile time
+    (numba's own count of cache misses says a compile ran). Where the cache cannot be inspected, a timer
+    prints the first line if the call is still running after `COMPILE_NOTICE_AFTER_S`.
+    """
+    global _noticed
+    if getattr(dispatcher, "signatures", True):
+        yield
+        return
+    name = _KERNEL_NAMES.get(f"{getattr(dispatcher, '__module__', '')}.{getattr(dispatcher, '__name__', '')}",
+                             "world kernels")
+    cached = _has_cache(dispatcher)
+
+    spoke = []
+
+    def say() -> None:
+        global _noticed
+        spoke.append(True)
+        if not _noticed:
+            _noticed = True
+            folder = kernel_cache_dir()
+            print(f"rlaif-gym: compiling the world kernels for this machine (once: about 30 s for the text face, "
+                  f"1-2 minutes for the numeric one, on 2 cores; cached "
+                  f"afterwards{f' in {folder}' if folder else ''}; backend='numpy' skips it)", file=sys.stderr,
+                  flush=True)
+
+    timer = None
+    if cached is False:
+        say()
+    elif cached is None and not _noticed:
+        timer = threading.Timer(COMPILE_NOTICE_AFTER_S, say)
+        timer.daemon = True
+        timer.start()
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+        misses = getattr(dispatcher, "_cache_misses", None)
+        if (misses is not None and sum(misses.values()) > 0) or (misses is None and spoke):
+            print(f"rlaif-gym: compiled the {name} in {time.perf_counter() - started:.0f} s", file=sys.stderr,
+                  flush=True)
+
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def kernel_sources() -> list[Path]:
+    """Every file whose code or constants a compiled kernel freezes: the sim package, the compiled encoder and
+    action mask, and the fused step (they inline this module's helpers and read the engine's constants)."""
+    return sorted([*(_PACKAGE / "sim").glob("*.py"), *(_PACKAGE / "encoding" / name for name in ("fast.py", "mask.py")),
+                   _PACKAGE / "envs" / "fused.py"])
+
+
+@functools.lru_cache(maxsize=1)
+def kernel_cache_dir() -> Path | None:
+    """Where the compiled kernels are cached (see the module docstring), created on first use; None when
+    ``$NUMBA_CACHE_DIR`` is set (numba's choice wins) or the directory cannot be written (numba's default,
+    next to the sources)."""
+    if numba is None or os.environ.get("NUMBA_CACHE_DIR"):
+        return None
+    digest = hashlib.sha256()
+    for path in kernel_sources():
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    digest.update(f"{numba.__version__}|{sys.version_info[:2]}|{platform.machine()}".encode())
+    folder = user_cache_dir() / "kernels" / digest.hexdigest()[:16]
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder if os.access(folder, os.W_OK) else None
+
+
+def njit(fn, **options):
+    """numba.njit(cache=True, ...) with the cache in `kernel_cache_dir()` (numba reads its cache directory when a
+    function is decorated, so it is set around the decoration only)."""
+    folder = kernel_cache_dir()
+    previous = numba.config.CACHE_DIR
+    if folder is not None:
+        numba.config.CACHE_DIR = str(folder)
+    try:
+        return numba.njit(cache=True, nogil=True, error_model="numpy", **options)(fn)
+    finally:
+        numba.config.CACHE_DIR = previous
+
+
+def jit(fn):
+    """A compiled function with numba's runtime (it may allocate), cached; `fn` itself where numba is missing."""
+    return njit(fn) if numba is not None else fn
+
+
+def jit_flat(fn):
+    """A kernel without numba's runtime: it allocates nothing (its caller hands it scratch), so no array
+    passed to an inlined helper inside its world loop pays an atomic reference-count pair (those pairs
+    were about 30 % of a world-tick)."""
+    return njit(fn, _nrt=False) if numba is not None else fn
+
+
+INLINED: dict[str, list[str]] = collections.defaultdict(list)
+"""Names of the `jit_inline` helpers by module (small arithmetic: real calls in the text face's copy,
+`call_variant`)."""
+PHASES: dict[str, list[str]] = collections.defaultdict(list)
+"""Names of the `jit_phase` helpers by module (the step's phases and action handlers: inlined in both copies)."""
+
+
+def jit_inline(fn):
+    """A small helper inlined into its caller at the numba IR level (no call, no reference counting)."""
+    INLINED[fn.__module__].append(fn.__name__)
+    return njit(fn, inline="always") if numba is not None else fn
+
+
+def jit_phase(fn):
+    """A phase of the world step, or an action's handler: inlined into the kernel (called once per world)."""
+    PHASES[fn.__module__].append(fn.__name__)
+    return njit(fn, inline="always") if numba is not None else fn
+
+
+def jit_view(fn):
+    """A view of a packed buffer: always inlined, so building it needs no runtime (see `jit_flat`)."""
+    return njit(fn, inline="always") if numba is not None else fn
+
+
+def _slice_view(buf, offset, shape):
+    """A C-contiguous `shape` view of buf[offset:] (numba's slice and reshape; `view`'s fallback)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return buf[offset:offset + n].reshape(shape)
+
+
+def _view_intrinsic():
+    """`view` as a numba intrinsic: the array struct written directly (data pointer, shape, C strides).
+
+    Building the state's 73 views with slicing and `reshape` was most of the compile time of every kernel that
+    builds them (the intrinsic's codegen is a few instructions). It uses
+    numba's array-model helpers, which have kept their names since numba 0.49; where they have moved, the
+    fallback is `_slice_view`, the same views compiled more slowly."""
+    try:
+        from numba.core import cgutils
+        from numba.core import types as nb_types
+        from numba.core.imputils import impl_ret_borrowed
+        from numba.extending import intrinsic
+        from numba.np.arrayobj import make_array, populate_array
+    except ImportError:  # pragma: no cover - a numba that moved its internals
+        return None
+
+    @intrinsic
+    def view(typingctx, buf, offset, shape):
+        result = nb_types.Array(buf.dtype, len(shape), "C")
+
+        def codegen(context, builder, signature, args):
+            buf_value, offset_value, shape_value = args
+            source = make_array(signature.args[0])(context, builder, buf_value)
+            out = make_array(result)(context, builder)
+            itemsize = context.get_constant(nb_types.intp,
+                                            context.get_abi_sizeof(context.get_data_type(result.dtype)))
+            dims = cgutils.unpack_tuple(builder, shape_value, len(shape))
+            strides, step = [], itemsize
+            for d in reversed(dims):
+                strides.insert(0, step)
+                step = builder.mul(step, d)
+            populate_array(out, data=builder.gep(source.data, [offset_value]), shape=dims, strides=strides,
+                           itemsize=itemsize, meminfo=source.meminfo, parent=source.parent)
+            return impl_ret_borrowed(context, builder, result, out._getvalue())
+
+        return result(buf, offset, shape), codegen
+
+    return view
+
+
+view = (_view_intrinsic() or jit_view(_slice_view)) if numba is not None else _slice_view
+"""view(buf, offset, shape): a C-contiguous `shape` view of buf[offset:] inside compiled code, no copy."""
+
+
+def call_variant(namespace: dict, entry: str, flat: tuple[str, ...]):
+    """A second compiled copy of the world step, entered at `entry`, whose small helpers are real calls.
+
+    Why: numba inlines a `jit_inline` helper by copying it into every call site of its caller's IR, and
+    types the copy again: that is most of the world kernel's compile time (the world step inlines about 100
+    sites), and it makes the numeric face's hot loops fast. The text face steps one world per LLM call, where
+    a real call costs nothing measurable, so it runs a copy of the kernel whose small helpers are real calls:
+    the same code, the same arithmetic in the same order (so the same bits: tests/envs/test_fused.py compares
+    the two paths step by step), compiled in about half the time (docs/benchmarks.md ("Time to first step")).
+    The phases (`jit_phase`) stay inlined, once each, and are copied too so that their helpers are the calls.
+    Every copy shares one globals dict, which numba reads when it compiles (at the first call).
+
+    `namespace` is the globals of the module that defines the kernel and its helpers; `flat` names the functions
+    copied as standalone kernels (the entry among them); returns the copy of `entry`.
+    """
+    if numba is None:
+        return namespace[entry]
+    names = dict(namespace)
+
+    def copy(fn, suffix: str, globals_: dict):
+        dup = types.FunctionType(fn.__code__, globals_, fn.__name__ + suffix, fn.__defaults__, fn.__closure__)
+        dup.__qualname__, dup.__doc__ = dup.__name__, fn.__doc__  # numba keys its on-disk cache by the qualified name
+        return dup
+
+    module = namespace["__name__"]
+    for name in INLINED[module]:  # a standalone copy of each helper, its own helpers still inlined into it
+        names[name] = njit(copy(namespace[name].py_func, "_call", namespace), _nrt=False)
+    for name in PHASES[module]:
+        names[name] = njit(copy(namespace[name].py_func, "_calls", names), inline="always")
+    for name in flat:
+        fn = namespace[name]
+        names[name] = njit(copy(getattr(fn, "py_func", fn), "_calls", names), _nrt=False)
+    return names[entry]
+
+

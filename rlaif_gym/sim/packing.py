@@ -1,0 +1,117 @@
+"""The packed state: a WorldState's arrays as four flat buffers and a table, and the views compiled code rebuilds.
+
+A compiled call pays for every array argument it unboxes (73 state arrays cost more than a one-world step's
+compiled work), so the compiled backend keeps a state's arrays as views of four flat buffers (float64, int64,
+uint64, bool) and passes those plus a table of offsets and shapes; `state_views` rebuilds the views inside compiled
+code as one named tuple (`WorldArrays`, field for field), so a kernel reads `s.cash[b]` and a new state field
+needs no kernel signature, view or call edited. Everything here is derived from the field declarations in
+`sim/state.py`.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import math
+import operator
+
+import numpy as np
+
+from ._jit import jit_view, view  # noqa: F401 (`view` is read by the exec-built `state_views`)
+from .state import WorldState, field_specs
+
+__all__ = ["STATE_FIELDS", "WorldArrays", "packed", "packed_copy", "state_views"]
+
+WorldArrays = collections.namedtuple("WorldArrays", [spec.name for spec in field_specs()])
+"""The WorldState fields as a tuple numba can pass around (built from a packed state by `state_views`)."""
+STATE_FIELDS = WorldArrays._fields
+"""The WorldState field names, in declaration order."""
+_state_arrays = operator.attrgetter(*STATE_FIELDS)
+
+_PACK_KINDS = {"f": np.float64, "i": np.int64, "u": np.uint64, "b": np.bool_}
+_BUFFER_OF_KIND = {"f": "fb", "i": "ib", "u": "kb", "b": "bb"}
+_PACKED_LAYOUT = tuple((spec.dtype.kind, 1 + len(spec.dims)) for spec in field_specs())
+"""(dtype kind, ndim) of each WorldState field, in field order, from its declaration (`sim.state.field_specs`)."""
+
+
+@functools.lru_cache(maxsize=64)
+def _pack_table(signature: tuple) -> tuple[np.ndarray, dict[str, int]]:
+    """The table `packed` returns and the buffer sizes, for arrays of `signature` ((dtype, shape) per field, in
+    field order; cached, since a run packs states of a few shapes). Offsets run in field order within each kind.
+    Raises TypeError for an array of another dtype or rank than its field's declaration."""
+    nb = signature[0][1][0]
+    table = np.zeros((len(signature) + 1, 3), dtype=np.int64)
+    used = dict.fromkeys(_PACK_KINDS, 0)
+    for i, (name, (dtype, shape), (kind, ndim)) in enumerate(zip(STATE_FIELDS, signature, _PACKED_LAYOUT,
+                                                                   strict=True)):
+        if dtype != _PACK_KINDS[kind] or len(shape) != ndim or shape[0] != nb:
+            raise TypeError(f"WorldState.{name} must be a {np.dtype(_PACK_KINDS[kind])} array of {ndim} dimensions "
+                            f"with {nb} worlds first, got {dtype} {shape}")
+        table[i, 0] = used[kind]
+        table[i, 1:ndim] = shape[1:]
+        used[kind] += math.prod(shape)
+    table[-1, 0] = nb
+    table.setflags(write=False)
+    return table, used
+
+
+def packed(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`state`'s arrays as four flat buffers and a table, for the compiled kernels.
+
+    The first call copies the arrays into the buffers and rebinds the state's fields to views of
+    them (values unchanged; numpy code sees no difference); later calls return the cached buffers
+    until a field is rebound (`WorldState` drops the cache then; copies never carry it).
+
+    Returns:
+        (float64, int64, uint64 and bool buffers, table): row i of the int64 table holds field i's
+        offset in its buffer and its sizes after the world dimension; the last row holds B.
+    """
+    cached = state.__dict__.get("_packed")
+    if cached is not None:
+        return cached
+    arrays = _state_arrays(state)
+    table, used = _pack_table(tuple((arr.dtype, arr.shape) for arr in arrays))
+    buffers = {kind: np.empty(max(n, 1), dtype=_PACK_KINDS[kind]) for kind, n in used.items()}
+    for i, (name, arr, (kind, _)) in enumerate(zip(STATE_FIELDS, arrays, _PACKED_LAYOUT, strict=True)):
+        field = buffers[kind][table[i, 0]: table[i, 0] + arr.size].reshape(arr.shape)
+        field[...] = arr
+        object.__setattr__(state, name, field)  # not WorldState.__setattr__, which would drop the cache
+    result = (buffers["f"], buffers["i"], buffers["u"], buffers["b"], table)
+    state.__dict__["_packed"] = result
+    return result
+
+
+def packed_copy(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`packed`'s buffers and table for a state the caller will not step: its cached buffers if it has them, else
+    a throwaway copy that leaves the state's arrays as they are (one concatenation per dtype: cheaper, for a
+    handful of worlds, than the views `packed` builds for a state that is stepped and keeps them)."""
+    cached = state.__dict__.get("_packed")
+    if cached is not None:
+        return cached
+    arrays = _state_arrays(state)
+    table, used = _pack_table(tuple((arr.dtype, arr.shape) for arr in arrays))
+    by_kind: dict[str, list[np.ndarray]] = {kind: [] for kind in _PACK_KINDS}
+    for arr, (kind, _) in zip(arrays, _PACKED_LAYOUT, strict=True):
+        by_kind[kind].append(arr.ravel())
+    buffers = {kind: np.concatenate(parts) if used[kind] else np.empty(1, dtype=_PACK_KINDS[kind])
+               for kind, parts in by_kind.items()}
+    return buffers["f"], buffers["i"], buffers["u"], buffers["b"], table
+
+
+
+def _state_views_source() -> str:
+    """The source of `state_views`: one view per WorldState field, written out from `_PACKED_LAYOUT`.
+
+    numba cannot build a tuple of differently typed arrays in a loop, so the constructor call is generated
+    from the field declarations (our own names and numbers, nothing from outside the package)."""
+    dims = ("(nb,)", "(nb, tab[{i}, 1])", "(nb, tab[{i}, 1], tab[{i}, 2])")
+    views = ",\n".join(f"        {name}=view({_BUFFER_OF_KIND[kind]}, tab[{i}, 0], {dims[ndim - 1].format(i=i)})"
+                       for i, (name, (kind, ndim)) in enumerate(zip(STATE_FIELDS, _PACKED_LAYOUT, strict=True)))
+    return ("def state_views(fb, ib, kb, bb, tab):\n"
+            '    """The WorldArrays of a packed state (`packed`): views of its buffers, no copies."""\n'
+            "    nb = tab[tab.shape[0] - 1, 0]\n"
+            f"    return WorldArrays(\n{views},\n    )\n")
+
+
+exec(compile(_state_views_source(), __file__, "exec"), globals())  # the source is built from field_specs
+state_views = jit_view(state_views)  # noqa: F821 (defined by the exec above)
