@@ -9,6 +9,8 @@
   a bad value fails. A `rollout` (or `serve-local`) into a directory that `make demo` or an earlier
   line of the same file wrote must say `--overwrite` or `--resume`, since it would be refused
   otherwise. `make X` lines name Makefile targets; `python examples/...` / `benchmarks/...` files exist.
+* Every results table of docs/ (measured figures, not a reference table) names, near it, the command that
+  produces it and the commit that recorded it (`test_every_results_table_names_its_command_and_commit`).
 * `mkdocs build --strict` passes (broken links, anchors or docstrings fail it).
 
 Needs the full `make test` install: the blocks use SB3, Ray, RLlib, PettingZoo, the plots and the SQL
@@ -284,6 +286,123 @@ def test_the_cli_check_catches_mistakes(cli_command, tmp_path, monkeypatch):
     assert name == "rollout" and params["resume"] and str(params["out"]) == "runs/x"
     name, _ = _parse(cli_command, ["judge", "runs/q", "--rubrics", "r.json"], tmp_path)
     assert name == "judge" and (tmp_path / "r.json").is_file()
+
+
+# -- every result names its command and commit ----------------------------------------------------
+
+# A results table holds measured figures. Its provenance is the text near it: the table itself, the RESULT_ABOVE lines
+# above its header (up to another table) and the paragraph right after its last row, up to RESULT_BELOW lines, unless
+# that paragraph ends with ':' (then it introduces what follows). Tables separated only by blank lines share that text.
+RESULT_ABOVE, RESULT_BELOW = 8, 4
+# Reference tables whose cells hold numbers (config defaults, reward coefficients), by their first header cell.
+REFERENCE_TABLES = {"field", "component"}
+TABLE_RULE = re.compile(r"^\s*\|[\s:|-]+\|\s*$")
+FIGURE_START = re.compile(r"^[~≈<>≤≥]?\s*[+−-]?\$?\d")  # a cell that starts with a number ...
+FIGURE_MARK = re.compile(r"\d\.\d|\d\s?%|\d\s?[x×](?!\w)|±|(?:^|[\s(])[+−-]\d|\d\s/\s[+−-]?\d")  # ... and is a figure
+MIN_FIGURES = 3
+RESULT_COMMAND = re.compile(r"(?:`|^[ \t]*(?:\$ )?)(?:python3?\s|rlaif-gym\s|make\s|\.venv/bin/)", re.MULTILINE)
+SECTION_COMMAND = re.compile(r"\b(?:[Mm]easured|[Rr]eproduce) with\s+`(?:python3?\s|rlaif-gym\s|make\s|\.venv/bin/)")
+RESULT_COMMIT = re.compile(r"`[0-9a-f]{7,40}`")
+# Results that no script prints (the page names the calls that made them): (page, first header cell). They still
+# name their commit.
+NO_COMMAND_RESULTS = {("docs/world.md", "style")}  # prompt token counts: decision_points and SmolLM2's tokenizer
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip().replace("**", "").replace("`", "") for c in row.strip().strip("|").split("|")]
+
+
+def _results_tables(text: str) -> list[tuple[int, int, str]]:
+    """(first header line, last row line, first header cell), 0-based, of each group of results tables.
+
+    A results table has at least MIN_FIGURES cells outside its first column that start with a number and hold a
+    decimal point, a %, an x ratio, a ± or a sign, or are two numbers a / b; a table whose first header cell is in
+    REFERENCE_TABLES is not one. Tables in fenced blocks are skipped."""
+    lines, found, fenced, i = text.splitlines(), [], False, 0
+    while i < len(lines):
+        if FENCE.match(lines[i]):
+            fenced = not fenced
+        elif not fenced and lines[i].lstrip().startswith("|") and i + 1 < len(lines) and TABLE_RULE.match(lines[i + 1]):
+            j = i + 2
+            while j < len(lines) and lines[j].lstrip().startswith("|"):
+                j += 1
+            first = _cells(lines[i])[0].lower()
+            figures = sum(1 for row in lines[i + 2:j] for cell in _cells(row)[1:]
+                          if FIGURE_START.match(cell) and FIGURE_MARK.search(cell))
+            if figures >= MIN_FIGURES and first not in REFERENCE_TABLES:
+                if found and not "".join(lines[found[-1][1] + 1:i]).strip():  # only blank lines since the last one
+                    found[-1] = (found[-1][0], j - 1, found[-1][2])
+                else:
+                    found.append((i, j - 1, first))
+            i = j
+            continue
+        i += 1
+    return found
+
+
+def _unsourced_results(rel: str, text: str) -> list[str]:
+    """file:line of each results table without a command (near it, or a "Measured with `...`" earlier in its
+    section) and a commit (near it)."""
+    lines, problems, headings, fenced = text.splitlines(), [], [], False
+    for k, line in enumerate(lines):
+        fenced = fenced != bool(FENCE.match(line))
+        if not fenced and line.startswith("#"):
+            headings.append(k)
+    for start, end, first in _results_tables(text):
+        above = start
+        while above > max(0, start - RESULT_ABOVE) and not lines[above - 1].lstrip().startswith("|"):
+            above -= 1
+        below = end + 1
+        while below < len(lines) and not lines[below].strip():
+            below += 1
+        after = []
+        while below < len(lines) and lines[below].strip() and len(after) < RESULT_BELOW:
+            after.append(lines[below])
+            below += 1
+        if after and after[-1].rstrip().endswith(":"):
+            after = []
+        near = "\n".join(lines[above:end + 1] + after)
+        heading = max((k for k in headings if k < start), default=0)
+        section = "\n".join(lines[heading:start])
+        command = ((rel, first) in NO_COMMAND_RESULTS or RESULT_COMMAND.search(near)
+                   or SECTION_COMMAND.search(section))
+        missing = [what for what, ok in (("command", command), ("commit", RESULT_COMMIT.search(near))) if not ok]
+        if missing:
+            problems.append(f"{rel}:{start + 1} (table '{first}'): no {' and no '.join(missing)}")
+    return problems
+
+
+RESULT_DOCS = sorted((ROOT / "docs").rglob("*.md"))  # README.md is a first page: its figures point into docs/
+
+
+def test_every_results_table_names_its_command_and_commit():
+    """Every results table in docs/ says how to reproduce it and at which commit it was recorded."""
+    problems, tables = [], 0
+    for path in RESULT_DOCS:
+        text = path.read_text(encoding="utf-8")
+        tables += len(_results_tables(text))
+        problems += _unsourced_results(path.relative_to(ROOT).as_posix(), text)
+    assert tables >= 30, f"the results-table heuristic found only {tables} groups of tables in docs/"
+    assert not problems, (
+        f"results tables without their provenance (in the {RESULT_ABOVE} lines above the header or the paragraph "
+        "after the last row):\n  " + "\n  ".join(problems) + "\nName the command and the commit that recorded it, "
+        "e.g. 'Measured with `python benchmarks/bench_vector.py --sizes 1 1024` (recorded at commit `abc1234`).' "
+        "Find the commit with `git log -S '<a figure of the table>' --reverse -- docs/<page>.md` (the first listed)."
+    )
+
+
+def test_the_results_check_catches_a_table_without_provenance():
+    table = "| policy | mean return | PnL |\n|---|---:|---:|\n| a | +0.12 | 15 % |\n| b | -0.30 | 2.5x |\n"
+    assert _results_tables(table) == [(0, 3, "policy")]
+    assert _unsourced_results("t.md", table) == ["t.md:1 (table 'policy'): no command and no commit"]
+    command_only = "Measured with `python x.py`.\n\n" + table
+    assert _unsourced_results("t.md", command_only) == ["t.md:3 (table 'policy'): no commit"]
+    sourced = "Measured with `python x.py` (recorded at commit `abc1234`).\n\n" + table + "\n" + table
+    assert len(_results_tables(sourced)) == 1 and _unsourced_results("t.md", sourced) == []
+    borrowed = table + "\nThe next one (`python y.py`, recorded at commit `abc1234`):\n\n" + table
+    assert _unsourced_results("t.md", borrowed) == ["t.md:1 (table 'policy'): no command and no commit"]
+    assert _results_tables(table.replace("| policy", "| field")) == []  # a reference table
+    assert _results_tables("```text\n" + table + "```\n") == []
 
 
 # -- links and the site ---------------------------------------------------------------------------
