@@ -181,6 +181,9 @@ TRAINED = {"exact": "after SFT+RL (exact)", "grpo": "after SFT+GRPO (sampled)"}
 def parse_args() -> Args:
     """The command line as `Args` (tyro: each field a `--flag`, its docstring the help, with default and choices)."""
     args = tyro.cli(Args, description=__doc__.split("\n\n")[0])
+    if args.deceived_share is not None and not 0.0 <= args.deceived_share <= 1.0:
+        raise SystemExit(f"--deceived-share is a share of the training points, from 0 to 1 (or None for the world's "
+                         f"own draw), got {args.deceived_share}")
     if args.smoke:
         args = dataclasses.replace(args, rl="both", train_seeds=6, eval_points=2, sft_steps=2, sft_batch_size=2,
                                    epochs=1, points_per_step=3, grpo_steps=2, prompts_per_step=1, num_generations=2,
