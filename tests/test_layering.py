@@ -146,8 +146,8 @@ def test_sim_imports_neither_gymnasium_nor_pydantic():
         for name in _imports(path):
             root = name.split(".")[0]
             assert root not in {"gymnasium", "pydantic", "torch", "openai"}, f"{path} imports {name}"
-            # numba only as the optional compiled backend (sim/fast.py), imported under try/except.
-            allowed = {"numpy", "rlaif_gym"} | ({"numba"} if path.name == "fast.py" else set())
+            # numba only as the optional compiled backend, imported once (sim/_jit.py) under try/except.
+            allowed = {"numpy", "rlaif_gym"} | ({"numba"} if path.name == "_jit.py" else set())
             assert root in sys.stdlib_module_names or root in allowed, f"{path} imports {name}"
             if root == "rlaif_gym":
                 assert name.split(".")[1] in {"sim", "errors"}, f"{path} imports {name}"

@@ -23,7 +23,7 @@ import pytest
 
 from rlaif_gym import RLAIFEnv, RLAIFEnvConfig
 from rlaif_gym.errors import InvalidActionError
-from rlaif_gym.sim import fast
+from rlaif_gym.sim import _jit, fast
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -178,8 +178,8 @@ class _Dispatcher:
 def test_compile_notice_speaks_only_when_the_first_call_is_slow(monkeypatch, work_s, says):
     import threading
 
-    monkeypatch.setattr(fast, "COMPILE_NOTICE_AFTER_S", 0.05)
-    monkeypatch.setattr(fast, "_noticed", False)
+    monkeypatch.setattr(_jit, "COMPILE_NOTICE_AFTER_S", 0.05)
+    monkeypatch.setattr(_jit, "_noticed", False)
     err = io.StringIO()
     with redirect_stderr(err), fast.compile_notice(_Dispatcher()):
         threading.Event().wait(work_s)
