@@ -18,13 +18,12 @@ from .observation import FeatureLayout, encode_observations
 
 __all__ = ["available", "encode_observations_fast", "kernel", "scratch"]
 
-numba = sim_fast.numba
 _warm = False  # the kernel has run in this process (later calls skip `sim_fast.compile_notice`)
 
 
 def available() -> bool:
     """True when numba is installed, so `encode_observations_fast` runs compiled."""
-    return numba is not None
+    return sim_fast.available()
 
 
 def kernel(start, dur_max, num_ticks, max_lev, fee_rate, min_fee, low, high, fb, ib, kb, bb, tab, out, esc):
@@ -78,9 +77,9 @@ def kernel(start, dur_max, num_ticks, max_lev, fee_rate, min_fee, low, high, fb,
             row[k] = 1.0 if joined[b, g] else 0.0
             k += 1
         eq = sim_fast.equity(b, m_count, p_count, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no,
-                              pos_side, pos_entry, pos_margin, pos_notional, perp_price, buf)
+                             pos_side, pos_entry, pos_margin, pos_notional, perp_price, buf)
         ex = sim_fast.exposure(b, m_count, p_count, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry,
-                                pos_notional, perp_price, buf)
+                               pos_notional, perp_price, buf)
         row[k] = cash[b] / start
         row[k + 1] = eq / start
         row[k + 2] = 1.0 - t / num_ticks
@@ -91,8 +90,7 @@ def kernel(start, dur_max, num_ticks, max_lev, fee_rate, min_fee, low, high, fb,
             out[b, j] = np.float32(v)
 
 
-if numba is not None:
-    kernel = sim_fast.jit_flat(kernel)
+kernel = sim_fast.jit_flat(kernel)  # `kernel` itself where numba is missing
 
 
 def scratch(num_markets: int, num_perps: int, dim: int) -> np.ndarray:
@@ -102,7 +100,7 @@ def scratch(num_markets: int, num_perps: int, dim: int) -> np.ndarray:
 
 def encode_observations_fast(state: WorldState, params: WorldParams, layout: FeatureLayout) -> np.ndarray:
     """`encode_observations`, compiled; falls back to the reference without numba."""
-    if numba is None:
+    if not sim_fast.available():
         return encode_observations(state, params, layout)
     s = state
     out = np.empty((s.batch_size, len(layout.names)), dtype=np.float32)

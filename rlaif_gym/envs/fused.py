@@ -29,7 +29,6 @@ from ..sim import fast as sim_fast
 
 __all__ = ["FusedStep", "supports"]
 
-numba = sim_fast.numba
 
 _BUY, _SELL, _PERP = int(sim.ActionType.BUY_PREDICTION), int(sim.ActionType.SELL_PREDICTION), int(
     sim.ActionType.OPEN_PERP)
@@ -95,7 +94,7 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         else:
             amount[b] = 0.0
     sim_fast.kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i,
-                     out_b, fb, ib, kb, bb, tab, sf, si, sb)
+                    out_b, fb, ib, kb, bb, tab, sf, si, sb)
     # The skill scheme's components (rewards.components.trading_component and
     # proportional_risk_component), then RewardFunction.combine's accumulation.
     start, pnl_scale, max_lev, threshold, penalty, c_pnl, c_risk, bankrupt_penalty = (
@@ -117,17 +116,16 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
             status = NOT_FINITE
         out_f[_REWARD_ROW, b] = (0.0 + c_pnl * pnl) + c_risk * risk
     encoding_fast.kernel(fc[19], fc[20], fc[21], fc[22], pf[_FEE_RATE], pf[_MIN_FEE], low, high, fb,
-                          ib, kb, bb, tab, obs, esc)
+                         ib, kb, bb, tab, obs, esc)
     return status
 
 
-if numba is not None:
-    _fused = sim_fast.jit_flat(_fused)
+_fused = sim_fast.jit_flat(_fused)  # `_fused` itself where numba is missing (`supports` is then False)
 
 
 def supports(reward_fn, archetype: str | None) -> bool:
     """True when the fused step computes this reward: the skill scheme with pnl and risk only (no truth mark)."""
-    return numba is not None and reward_fn.scheme == "skill" and reward_fn.mark == "market" and archetype is None
+    return sim_fast.available() and reward_fn.scheme == "skill" and reward_fn.mark == "market" and archetype is None
 
 
 class FusedStep:

@@ -576,6 +576,9 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
         assert one["columns"]["hindsight (drawn outcome)"]["gain"] > 0
     assert results["wall_s"] > 0 and results["peak_rss_gb"] > 0 and results["cpu_model"] and results["load_average"]
     assert "| on held-out decision points |" in proc.stdout and "gain over after SFT, paired" in proc.stdout
+    # the curriculum (default --deceived-share 0.5): half the 6 training points have a deceiver's post on the bet's
+    # market, counted again after the draw (the world's own draw, seeds 0-5, has 2)
+    assert "6 training decision points (3 with a deceiver's post on the bet's market)" in proc.stdout
     # It says what it shows, before it starts and under its tables: the wiring, not learning.
     note = "--smoke checks the wiring, not learning"
     assert proc.stdout.count(note) == 2 and proc.stdout.rindex(note) > proc.stdout.rindex("gain over after SFT")
@@ -595,6 +598,21 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
     bad = subprocess.run([sys.executable, "examples/side_agreement.py", str(tmp_path / "missing.json")], cwd=root,
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "not a results.json" in bad.stderr
+
+
+def test_the_example_refuses_a_deceived_share_outside_zero_to_one():
+    """A share above 1 could never be drawn (the scan would run 100 seeds a point before giving up): one line with
+    the fix, a non-zero exit, no traceback, before any point is built."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "examples/train_trl_grpo.py", "--deceived-share", "1.5"], cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "--deceived-share is a share of the training points, from 0 to 1" in proc.stderr
+    assert "training decision points" not in proc.stdout
 
 
 def test_the_example_baselines_only_prints_the_reference_columns_without_a_model(tmp_path):
