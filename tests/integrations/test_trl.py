@@ -548,8 +548,9 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
     results_path = tmp_path / "elsewhere" / "results.json"
     proc = subprocess.run([sys.executable, "examples/train_trl_grpo.py", "--smoke", "--threads", "1",
                            "--out", str(tmp_path / "run"), "--results-json", str(results_path),
-                           "--held-out-seeds", "3000000", "4000000"], cwd=root, capture_output=True, text=True,
-                          timeout=1200, env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
+                           "--held-out-seeds", "3000000", "4000000", "--deceived-share", "0.5"], cwd=root,
+                          capture_output=True, text=True, timeout=1200,
+                          env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"})
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
     results = json.loads(results_path.read_text())
     assert results_path.with_suffix(".png").stat().st_size > 1000
@@ -576,8 +577,8 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
         assert one["columns"]["hindsight (drawn outcome)"]["gain"] > 0
     assert results["wall_s"] > 0 and results["peak_rss_gb"] > 0 and results["cpu_model"] and results["load_average"]
     assert "| on held-out decision points |" in proc.stdout and "gain over after SFT, paired" in proc.stdout
-    # the curriculum (default --deceived-share 0.5): half the 6 training points have a deceiver's post on the bet's
-    # market, counted again after the draw (the world's own draw, seeds 0-5, has 2)
+    # the curriculum (--deceived-share 0.5): half the 6 training points have a deceiver's post on the bet's market,
+    # counted again after the draw (the world's own draw, seeds 0-5, has 2)
     assert "6 training decision points (3 with a deceiver's post on the bet's market)" in proc.stdout
     # It says what it shows, before it starts and under its tables: the wiring, not learning.
     note = "--smoke checks the wiring, not learning"
