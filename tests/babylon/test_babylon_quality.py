@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlaif_gym import babylon
-from rlaif_gym.babylon import quality
+from rlaif_gym.babylon import format_validator, keywords, quality, tick_quality
 from rlaif_gym.babylon.quality import (
     REQUIRED_ACTION_FIELDS,
     TICK_QUALITY_WEIGHTS,
@@ -99,13 +99,13 @@ def test_no_two_terms_of_a_list_share_a_word(terms):
                                  "x", " ", "\n", "s", ":", "-"]), max_size=20).map("".join))
 def test_one_pass_term_count_equals_a_search_per_term(text):
     pairs = [
-        (quality.ANALYSIS_TERMS, quality._ANALYSIS),
-        (quality.DECISION_TERMS, quality._DECISION),
-        (quality.WAIT_WORDS, quality._WAIT),
-        (quality.CONCLUSION_MARKERS, quality._CONCLUSION),
+        (quality.ANALYSIS_TERMS, keywords._ANALYSIS),
+        (quality.DECISION_TERMS, keywords._DECISION),
+        (quality.WAIT_WORDS, keywords._WAIT),
+        (quality.CONCLUSION_MARKERS, keywords._CONCLUSION),
     ]
     for terms, compiled in pairs:
-        per_term = sum(1 for t in terms if re.search(quality._term_pattern(t), text))
+        per_term = sum(1 for t in terms if re.search(keywords._term_pattern(t), text))
         assert compiled.count(text) == per_term
 
 
@@ -651,14 +651,14 @@ _TAGGY = st.lists(
 @given(_TAGGY)
 def test_think_scan_equals_the_original_findall(text):
     original = "\n".join(re.findall(r"<think>(.*?)</think>", text, re.IGNORECASE | re.DOTALL))
-    assert quality._parse_think(text).content == original
+    assert format_validator._parse_think(text).content == original
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.text() | _TAGGY)
 def test_structure_regex_equals_the_original(text):
     original = re.search(r"(\d+[\.\):]|\-|\*|\•)", text)
-    assert bool(quality._STRUCTURE.search(text)) == bool(original)
+    assert bool(tick_quality._STRUCTURE.search(text)) == bool(original)
 
 
 # ---------------------------------------------------------------------------------------------

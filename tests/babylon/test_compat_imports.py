@@ -144,3 +144,15 @@ def test_an_unknown_name_is_still_an_attribute_error():
             _ = module.no_such_name
         with pytest.raises(ImportError):
             exec(f"from {module.__name__} import no_such_name", {})
+
+
+def test_the_old_path_still_reaches_the_ports_private_helpers():
+    """`judge.legacy` forwarded the port's private helpers too; they now live in the port's one module per
+    original file (`babylon.keywords`, `tick_quality`, `format_validator`, `quality_scorer`)."""
+    from rlaif_gym.babylon import format_validator, keywords, quality_scorer, tick_quality
+    from rlaif_gym.judge import legacy
+
+    assert legacy._term_pattern is keywords._term_pattern
+    assert legacy._STRUCTURE is tick_quality._STRUCTURE
+    assert legacy._parse_think is format_validator._parse_think
+    assert legacy._thinking_penalty is quality_scorer._thinking_penalty
