@@ -43,7 +43,7 @@ import functools
 import logging
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 __all__ = ["MAX_HEADER_LINE_BYTES", "MAX_RESPONSE_BYTES", "REPLAY_WINDOW", "STALE_CONNECTIONS", "HTTPTransport",
@@ -165,6 +165,7 @@ class HTTPTransport:
         self._max_connections = max_connections
         self._pool: Any = None
         self._fresh: Any = None  # one connection per request: where a suspected copy is checked
+        self._closer: AsyncIterator[None] | None = None  # parked until the event loop ends: `_close_with_loop`
         self._answers: weakref.WeakKeyDictionary[Any, deque[int]] = weakref.WeakKeyDictionary()
         self.checks_replays = True
         """False once the server answered two requests with the same bytes on two connections (a stub)."""
@@ -205,6 +206,9 @@ class HTTPTransport:
             aiohttp.ClientError, OSError: the exchange broke.
             Whatever `accept` raises.
         """
+        if self._closer is None:
+            self._closer = self._close_with_loop()
+            await anext(self._closer)
         session = self._session(verify is not None)
         for _ in range(STALE_CONNECTIONS):
             try:
@@ -287,12 +291,28 @@ class HTTPTransport:
                     await asyncio.wait_for(session.close(), timeout=1.0)
         self._pool = self._fresh = None
 
+    async def _close_with_loop(self) -> AsyncIterator[None]:
+        """Parked at its `yield` from the first request on, for as long as the event loop runs.
+
+        Why: a caller that never awaits `aclose` (its own `asyncio.run` around one `complete`) would leave the pools
+        open on a loop that is gone, where they can no longer be closed. Before a loop closes, `asyncio.run` (any
+        loop's `shutdown_asyncgens`) closes every async generator still open on it, and this one's `finally`
+        closes the pools there, while the loop still runs.
+        """
+        try:
+            yield
+        finally:
+            self._closer = None  # a later request (on a new loop) parks a new one
+            await self.aclose()
+
     def close_now(self) -> None:
-        """Shut the sockets without awaiting (a pool left on an event loop that has gone)."""
+        """Forget the pools without awaiting (a transport left on an event loop that has gone).
+
+        `_close_with_loop` closed them when that loop ended through `asyncio.run` (or `shutdown_asyncgens`); a loop
+        closed without it leaves their sockets to the garbage collector, as aiohttp does.
+        """
         for session in (self._pool, self._fresh):
             if session is not None and not session.closed:
-                with contextlib.suppress(Exception):
-                    session.connector._close()
                 with contextlib.suppress(Exception):
                     session.detach()
         self._pool = self._fresh = None

@@ -123,6 +123,21 @@ def test_a_pool_left_on_a_finished_loop_is_replaced_without_aclose(fake_server):
     assert first.text == second.text and len(fake_server.chat_requests()) == 2
 
 
+def test_a_pool_is_closed_when_its_event_loop_ends_without_aclose(fake_server):
+    """A caller's own `asyncio.run` around one call, no aclose: the pools close before that loop does (not left
+    open on a loop that is gone, where nothing can close them)."""
+    client = _client(fake_server)
+    pools = []
+
+    async def one_call():
+        completion = await client.complete(MESSAGES, SamplingParams(seed=1, logprobs=False))
+        pools.append(client._session._pool)
+        return completion
+
+    asyncio.run(one_call())
+    assert pools[0] is not None and pools[0].closed and client._session._pool is None
+
+
 def _delays(monkeypatch) -> list[float]:
     """Record the backoff delays `complete` sleeps (no wall clock involved)."""
     slept: list[float] = []
