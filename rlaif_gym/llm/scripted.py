@@ -25,7 +25,7 @@ import numpy as np
 
 from .types import Completion, SamplingParams
 
-__all__ = ["ScriptedLLM"]
+__all__ = ["Evidence", "ScriptedLLM"]
 
 # The question and the NO price are optional: the compact prompt style shows neither.
 _MARKET = re.compile(r'^- (market-\d+)(?: "(.*?)")?: YES ([\d.]+)¢(?:, NO ([\d.]+)¢)?.*?resolves in (-?\d+)h\.(.*)$',
@@ -59,8 +59,17 @@ def _money(text: str) -> float:
     return float(text.replace("$", "").replace(",", ""))
 
 
-@dataclass
-class _Evidence:
+@dataclass(frozen=True)
+class Evidence:
+    """One feed item the scripted model weighs for a market or a perp.
+
+    Attributes:
+        weight: signed log-odds weight: above 0 for YES (or a perp moving UP), below 0 for NO (DOWN); its size
+            is the source's reliability as the scripted model reads it (news by source, tips by group, posts by
+            author reputation).
+        citation: how its reasoning cites the item, e.g. "Reuters-AI expects market-15 to resolve NO (t24)".
+    """
+
     weight: float
     citation: str
 
@@ -94,7 +103,11 @@ class ScriptedLLM:
     def reply(self, prompt: str, rng: np.random.Generator | None = None) -> str:
         """The reply text to one prompt, in the canonical layout: `<think>reasoning</think>` then the JSON action
         (what `complete` answers; `rng` adds exploration, None is fully greedy)."""
-        think, action = self.decide(prompt, rng)
+        return self.layout(*self.decide(prompt, rng))
+
+    @staticmethod
+    def layout(think: str, action: dict[str, Any]) -> str:
+        """The canonical reply: `<think>think</think>`, a line break, then the JSON action."""
         return f"<think>{think}</think>\n{json.dumps(action)}"
 
     def decide(self, prompt: str, rng: np.random.Generator | None = None) -> tuple[str, dict[str, Any]]:
@@ -108,9 +121,9 @@ class ScriptedLLM:
                     f"world, so I join {group} before trading.", {"type": "join_group", "group": group})
 
         perps = {m.group(1): m for m in _PERP.finditer(prompt)}
-        leaks: dict[str, list[_Evidence]] = {}
+        leaks: dict[str, list[Evidence]] = {}
         for tick, ticker, way in _LEAK.findall(prompt):
-            leaks.setdefault(ticker, []).append(_Evidence(1.0 if way == "UP" else -1.0,
+            leaks.setdefault(ticker, []).append(Evidence(1.0 if way == "UP" else -1.0,
                                                           f"a rumour at t{tick} says {ticker} will move {way}"))
         for ticker, m in perps.items():
             if m.group(5):  # an open position: close it once its rumours have gone quiet or turned
@@ -135,7 +148,7 @@ class ScriptedLLM:
         threshold = 0.12 + (0.04 * rng.random() if rng else 0.0)
         for mid, question, yes, _no, resolves, rest in _MARKET.findall(prompt):
             yes_p = float(yes) / 100.0
-            evidence = self._evidence(prompt, mid)
+            evidence = self.evidence(prompt, mid)
             if not evidence or int(resolves) <= 0:
                 continue
             total = sum(e.weight for e in evidence)
@@ -171,22 +184,24 @@ class ScriptedLLM:
                 "trade a perp. I wait and keep my cash.", {"type": "wait"})
 
     @staticmethod
-    def _evidence(prompt: str, market_id: str) -> list[_Evidence]:
-        items: list[_Evidence] = []
+    def evidence(prompt: str, market_id: str) -> list[Evidence]:
+        """The feed items of `prompt` that name `market_id` and that the model weighs (posts by authors of
+        reputation within 10 of 50 carry no weight and are left out), strongest first: what its bets follow from."""
+        items: list[Evidence] = []
         for tick, source, mid, way in _NEWS.findall(prompt):
             if mid == market_id:
                 w = _SOURCE_WEIGHT.get(source, 0.3)
-                items.append(_Evidence(w if way == "YES" else -w, f"{source} expects {mid} to resolve {way} (t{tick})"))
+                items.append(Evidence(w if way == "YES" else -w, f"{source} expects {mid} to resolve {way} (t{tick})"))
         for name, body in _GROUP.findall(prompt):
             for tick, mid, way in _TIP.findall(body):
                 if mid == market_id:
                     w = _GROUP_WEIGHT.get(name, 0.5)
                     article = "an" if name[:1].lower() in "aeiou" else "a"
-                    items.append(_Evidence(w if way == "YES" else -w, f"{article} {name} tip says {way} (t{tick})"))
+                    items.append(Evidence(w if way == "YES" else -w, f"{article} {name} tip says {way} (t{tick})"))
         for tick, author, rep, mid, way in _POST.findall(prompt):
             if mid == market_id:
                 cred = (int(rep) - 50) / 50.0
                 if abs(cred) >= 0.2:
-                    items.append(_Evidence(cred if way == "YES" else -cred,
+                    items.append(Evidence(cred if way == "YES" else -cred,
                                            f"@{author} (reputation {rep}) says {way} (t{tick})"))
         return sorted(items, key=lambda e: -abs(e.weight))

@@ -49,6 +49,7 @@ from rlaif_gym.integrations.trl import (
     shared_prompt_logps,
     trainer_generator,
 )
+from rlaif_gym.llm import ScriptedLLM
 
 WORLD = {**DECISION_WORLD, "num_ticks": 24}
 
@@ -219,27 +220,38 @@ def test_evaluate_decisions_scores_a_reply_against_a_wait_on_the_same_state(toke
 
 
 def test_evidence_think_states_the_feed_item_the_bet_follows_from(tokenizer):
-    """`short_think="evidence"`: each scripted bet's reply names its market and cites a feed item for the side it
-    buys, before the same action; the replies still play as well-formed, executed actions."""
+    """`decision_sft_records(think="evidence")`: each scripted bet's reply names its market and cites the strongest
+    feed item the model weighed for the side it buys (from `ScriptedLLM.evidence`, as data), before the same action;
+    the replies still play as well-formed, executed actions."""
     pts = decision_points(range(0, 12), WORLD, resolves_within=4, horizon=1)
-    records = decision_sft_records(pts)
-    evidence = sft_examples(records, tokenizer, short_think="evidence", max_reply_tokens=88)
-    decision = sft_examples(records, tokenizer, short_think=True, max_reply_tokens=88)
+    full = decision_sft_records(pts)
+    records = decision_sft_records(pts, think="evidence")
+    evidence = sft_examples(records, tokenizer, max_reply_tokens=88)
+    decision = sft_examples(full, tokenizer, short_think=True, max_reply_tokens=88)
     bets = 0
-    for point, record, (_, ids), (_, short) in zip(pts, records, evidence, decision, strict=True):
+    for point, whole, (_, ids), (_, short) in zip(pts, full, evidence, decision, strict=True):
         text = tokenizer.decode(ids, skip_special_tokens=True)
         think, action = text.split("</think>")
-        assert action == record["messages"][-1]["content"].split("</think>")[1]  # the same action
+        assert action == whole["messages"][-1]["content"].split("</think>")[1]  # the same action as the full reply
         assert ids[-1] == tokenizer.eos_token_id  # fits the budget whole
         act = json.loads(action)
         if act["type"] == "buy_prediction":
             bets += 1
-            cite = think.split(". I buy")[0]
-            assert act["market"] in cite and (f"says {act['outcome']}" in cite or f"resolve {act['outcome']}" in cite)
+            cite = think.removeprefix("<think>").split(". I buy")[0]
+            assert act["market"] in cite
+            weighed = ScriptedLLM.evidence(point.prompt, act["market"])
+            cited = next(e for e in weighed if e.citation.lower() in cite.lower())
+            assert cited.weight > 0 if act["outcome"] == "YES" else cited.weight < 0  # it points the bet's way
             assert len(ids) > len(short)  # the evidence comes on top of the decision sentence
+        else:
+            assert think == tokenizer.decode(short, skip_special_tokens=True).split("</think>")[0]
         env = point.env()
         _, _, _, _, info = env.step(text)
         assert not info["format_errors"] and info["feedback"]["success"], (text, info["feedback"])
     assert bets >= 4
     with pytest.raises(ConfigError, match="short_think"):
         sft_examples(records, tokenizer, short_think="long")
+    with pytest.raises(ConfigError, match="decision_sft_records"):  # the old spelling says where it went
+        sft_examples(records, tokenizer, short_think="evidence")
+    with pytest.raises(ConfigError, match="think must be"):
+        decision_sft_records(pts, think="short")

@@ -26,16 +26,48 @@ from .prefix_cache import _forward, _PrefixCache
 # -- SFT warm start -----------------------------------------------------------------------------------------------
 
 
-def decision_sft_records(points: Iterable[DecisionPoint]) -> list[dict[str, Any]]:
+def decision_sft_records(points: Iterable[DecisionPoint], *,
+                         think: Literal["full", "evidence"] = "full") -> list[dict[str, Any]]:
     """SFT records of the offline scripted model's reply at each decision point: `messages` = [system, user,
     assistant] (the text env's system prompt, the point's prompt, the scripted reply), the layout of
-    `scripted_sft_records`, so `sft_examples` frames them. The teacher of a warm start for single decisions."""
+    `scripted_sft_records`, so `sft_examples` frames them. The teacher of a warm start for single decisions.
+
+    `think="evidence"` shortens each bet's `<think>` to the strongest feed item the model weighed for the side it
+    buys (with the market it names), then its decision, read from the model's evidence and action as data
+    (`ScriptedLLM.evidence`): `"Reuters-AI expects market-15 to resolve NO (t24). I buy NO with $483."` (about 70
+    tokens with its JSON); a reply that does not bet keeps its decision sentence, as `sft_examples(short_think=True)`
+    would."""
+    if think not in ("full", "evidence"):
+        raise ConfigError(f"decision_sft_records think must be 'full' or 'evidence', got {think!r}")
     model = ScriptedLLM()
     records = []
     for point in points:
-        reply = {"role": "assistant", "content": model.reply(point.prompt)}
+        reasoning, action = model.decide(point.prompt)
+        if think == "evidence":
+            reasoning = _evidence_think(point.prompt, reasoning, action)
+        reply = {"role": "assistant", "content": model.layout(reasoning, action)}
         records.append({"messages": [*decision_messages(point), reply], "seed": point.seed, "tick": point.tick})
     return records
+
+
+def _last_sentence(think: str) -> str:
+    """The last sentence of a `<think>` block: where the scripted model states its decision."""
+    return re.split(r"(?<=[.!?])\s+", think.strip())[-1]
+
+
+def _evidence_think(prompt: str, think: str, action: Mapping[str, Any]) -> str:
+    """The scripted bet's strongest weighed item for its side, then the bet (`decision_sft_records(think=...)`)."""
+    if action.get("type") != "buy_prediction":  # a wait, a join or a perp trade: its decision sentence alone
+        return _last_sentence(think)
+    market, side = action["market"], action["outcome"]
+    items = ScriptedLLM.evidence(prompt, market)  # never empty: the model bets only on a market with evidence
+    # The strongest item that points the way the bet goes (the strongest of all may point the other way: the side
+    # is the sign of the sum, in 5 % of the scripted bets).
+    cite = next((e for e in items if (e.weight > 0) == (side == "YES")), items[0]).citation
+    cite = cite[0].upper() + cite[1:]
+    if market not in cite:  # a post or a tip: say which market it is about
+        cite = f"{market}: {cite}"
+    return f"{cite}. I buy {side} with ${action['amount']:,.0f}."
 
 
 def scripted_sft_records(seeds: Iterable[int], config: RLAIFEnvConfig | Mapping[str, Any] | None = None, *,
@@ -59,41 +91,22 @@ def scripted_sft_records(seeds: Iterable[int], config: RLAIFEnvConfig | Mapping[
     return records
 
 
-def _short_think(think: str, mode: bool | str) -> str:
-    """The scripted reply's `<think>` shortened for `sft_examples(short_think=mode)`."""
-    last = re.split(r"(?<=[.!?])\s+", think.strip())[-1]
-    if mode != "evidence":
-        return last
-    evidence = re.search(r"^(\S+) \(.*?\) trades at .*?The evidence: (.*?)\. Weighing", think, flags=re.DOTALL)
-    side = re.search(r"I buy (YES|NO)\b", last)
-    if evidence is None or side is None:  # a wait or a perp trade: its decision sentence alone
-        return last
-    market, cites = evidence.groups()
-    # The strongest item that points the way the bet goes (the strongest of all may point the other way:
-    # the side is the sign of the sum, in 5 % of the scripted bets).
-    agree = [c for c in cites.split("; ") if re.search(rf"(says|resolve) {side.group(1)}\b", c)]
-    cite = agree[0] if agree else cites.split("; ")[0]
-    cite = cite[0].upper() + cite[1:]
-    if market not in cite:  # a post or a tip: say which market it is about
-        cite = f"{market}: {cite}"
-    return f"{cite}. " + re.sub(r", about \d+% of equity", "", last)
-
-
 def sft_examples(records: Iterable[Mapping[str, Any]], tokenizer: PreTrainedTokenizerBase, *,
                  max_reply_tokens: int | None = None, end_of_turn: int | None = None,
-                 short_think: bool | Literal["evidence"] = False) -> list[tuple[list[int], list[int]]]:
+                 short_think: bool = False) -> list[tuple[list[int], list[int]]]:
     """`(prompt_ids, reply_ids)` per SFT record, framed as `play_episodes` frames a tick: the prompt messages
     chat-templated with the generation prompt, then the reply's tokens and the end-of-turn token, so the
     policy learns to write what the sampler will be asked to write. A reply longer than `max_reply_tokens`
     is cut to it (and gets no end-of-turn token), as the sampler would cut it.
 
     `short_think=True` keeps only the last sentence of a reply's `<think>` block (the scripted agent states
-    its decision there), so that replies fit a small token budget. `short_think="evidence"` keeps, before it,
-    the strongest feed item the scripted agent cited for the side it bets (with the market it names), so the
-    reply states the evidence its side follows from: `"Reuters-AI expects market-15 to resolve NO (t24). I buy NO
-    with $483."` (about 70 tokens with its JSON, against 55-64 for `True`)."""
-    if short_think not in (False, True, "evidence"):
-        raise ConfigError(f"short_think must be False, True or 'evidence', got {short_think!r}")
+    its decision there), so that replies fit a small token budget (55-64 tokens with its JSON). For the evidence
+    the decision follows from as well, build the records with `decision_sft_records(points, think="evidence")`."""
+    if short_think == "evidence":
+        raise ConfigError("short_think='evidence' moved to the records: build them with "
+                          "decision_sft_records(points, think='evidence') and frame them with short_think=False")
+    if short_think not in (False, True):
+        raise ConfigError(f"short_think must be False or True, got {short_think!r}")
     end_of_turn = tokenizer.eos_token_id if end_of_turn is None else end_of_turn
     out = []
     for record in records:
@@ -104,7 +117,7 @@ def sft_examples(records: Iterable[Mapping[str, Any]], tokenizer: PreTrainedToke
         if short_think:
             match = re.match(r"\s*<think>(.*?)</think>", text, flags=re.DOTALL)
             if match:
-                text = f"<think>{_short_think(match.group(1), short_think)}</think>" + text[match.end():]
+                text = f"<think>{_last_sentence(match.group(1))}</think>" + text[match.end():]
         ids = [*tokenizer(text, add_special_tokens=False)["input_ids"], end_of_turn]
         if max_reply_tokens is not None:
             ids = ids[:max_reply_tokens]
