@@ -11,7 +11,7 @@ One file, top to bottom (CleanRL style). The recipe (docs/trl.md gives each choi
 1. **Decision points** (`rlaif_gym.envs.decisions`) of a small world (2 markets that resolve within 2-4 ticks,
    news every tick), in the compact prompt style (`prompt_style="compact"`: the rules in under 80 tokens, and
    per tick only the open markets, cash, holdings and the feed items naming an open market). Training points
-   come from seeds `seed ..`, drawn so that 35 % of them have a deceiver NPC's post on the bet's market (the
+   come from seeds `seed ..`, drawn so that half of them have a deceiver NPC's post on the bet's market (the
    curriculum, `--deceived-share`: where reading the feed naively goes wrong, about 22 % of points in the world's
    own draw); two disjoint held-out sets (`--held-out-seeds`, the world's own draw) are only evaluated.
 2. **Credit that pays what the evidence is about**: each rollout is one reply, then clean waits until every
@@ -98,7 +98,7 @@ class Args:
     (each from the same SFT start, evaluated side by side)."""
     train_seeds: int = 1000
     """Training decision points (one per episode, from seed `seed` upward), for SFT and RL."""
-    deceived_share: float | None = 0.35
+    deceived_share: float | None = 0.5
     """The curriculum: the share of training points at which a deceiver NPC's post names the bet's market (where the
     naive feed majority and the calibrated rule part), drawn by skipping seeds; None: every seed in turn (the world's
     own share, about 22 %). The held-out sets always keep the world's share."""

@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from ..errors import InvalidActionError
-from . import engine, rng
+from . import engine, pricing, rng
 from ._jit import (
     available,
     call_variant,
@@ -168,6 +168,12 @@ def _fee(fee_rate, min_fee, gross):
     return fmax(fee_rate * gross, min_fee)
 
 
+# The market maker's formulas are `sim.pricing`'s own, compiled for scalars: the numpy engine calls the same two
+# functions on arrays, so the CPMM is written once.
+_buy_shares = jit_inline(pricing.buy_shares)
+_sell_proceeds = jit_inline(pricing.sell_proceeds)
+
+
 # ---------------------------------------------------------------------------------------------
 # Accounting (engine.share_value / liquidation_value / equity / exposure for one world)
 
@@ -185,9 +191,7 @@ def _net_sale(same, other, sh, fee_rate, min_fee):
     """engine._net_sale for one holding: sell_proceeds, less the fee, never below 0 (0 for no shares)."""
     if sh == 0.0:
         return 0.0
-    a_ = same + sh + other
-    disc = fmax(a_ * a_ - 4.0 * sh * other, 0.0)
-    gross = (2.0 * sh * other) / (a_ + math.sqrt(disc))
+    gross = _sell_proceeds(same, other, sh)[0]
     return fmax(gross - _fee(fee_rate, min_fee, gross), 0.0)
 
 
@@ -372,10 +376,7 @@ def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
     net = amount_b - fee
     same = s.pm_yes[b, mm] if yes else s.pm_no[b, mm]
     other = s.pm_no[b, mm] if yes else s.pm_yes[b, mm]
-    kk_ = same * other
-    new_other = other + net
-    new_same = kk_ / new_other
-    shares = same + net - new_same
+    shares, new_same, new_other = _buy_shares(same, other, net)
     s.pm_yes[b, mm] = new_same if yes else new_other
     s.pm_no[b, mm] = new_other if yes else new_same
     s.pm_collateral[b, mm] += net
@@ -402,11 +403,7 @@ def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
     same = s.pm_yes[b, mm] if yes else s.pm_no[b, mm]
     other = s.pm_no[b, mm] if yes else s.pm_yes[b, mm]
     sh = shares if isfinite(shares) else 0.0
-    a_ = same + sh + other
-    disc = fmax(a_ * a_ - 4.0 * sh * other, 0.0)
-    gross = (2.0 * sh * other) / (a_ + math.sqrt(disc))
-    new_same = same + sh - gross
-    new_other = other - gross
+    gross, new_same, new_other = _sell_proceeds(same, other, sh)
     fee = _fee(fee_rate, min_fee, gross)
     err = _OK
     if bad:
@@ -770,10 +767,7 @@ def _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd
             net = spend - fee
             same = s.pm_yes[b, j] if buy_yes else s.pm_no[b, j]
             other = s.pm_no[b, j] if buy_yes else s.pm_yes[b, j]
-            kk_ = same * other
-            new_other = other + net
-            new_same = kk_ / new_other
-            shares = same + net - new_same
+            shares, new_same, new_other = _buy_shares(same, other, net)
             if not spend > 0:  # markets nobody bought in keep their pools exactly, as in the engine
                 new_same, new_other = same, other
             s.pm_yes[b, j] = new_same if buy_yes else new_other
