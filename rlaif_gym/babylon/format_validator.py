@@ -16,6 +16,11 @@ from types import MappingProxyType
 
 from .keywords import _ANALYSIS, _DECISION, _MARKET, _RISK, _as_text, _clip
 
+__all__ = [
+    "REQUIRED_ACTION_FIELDS", "VALID_ACTION_TYPES", "FormatReport", "extract_action_json", "score_action_json",
+    "score_length", "score_reasoning_quality", "validate_response_format", "validate_think_tags",
+]
+
 VALID_ACTION_TYPES: frozenset[str] = frozenset({
     "buy", "sell", "open_perp", "close_perp", "wait", "trade", "predict", "post", "create_post",
     "send_dm", "dm", "research", "analyze",

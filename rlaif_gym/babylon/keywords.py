@@ -11,6 +11,11 @@ import math
 import re
 from collections.abc import Iterable
 
+__all__ = [
+    "ANALYSIS_TERMS", "BEARISH_WORDS", "BULLISH_WORDS", "CONCLUSION_MARKERS", "DECISION_TERMS", "MARKET_TERMS",
+    "RISK_TERMS", "WAIT_WORDS",
+]
+
 # Keyword lists (verbatim from the original) and word-boundary matching
 # ---------------------------------------------------------------------------------------------
 

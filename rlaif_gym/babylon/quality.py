@@ -33,86 +33,11 @@ Standard library only (layer L2, below `judge`, which forwards these names).
 
 from __future__ import annotations
 
-from .format_validator import (
-    REQUIRED_ACTION_FIELDS,
-    VALID_ACTION_TYPES,
-    FormatReport,
-    extract_action_json,
-    score_action_json,
-    score_length,
-    score_reasoning_quality,
-    validate_response_format,
-    validate_think_tags,
-)
-from .keywords import (
-    ANALYSIS_TERMS,
-    BEARISH_WORDS,
-    BULLISH_WORDS,
-    CONCLUSION_MARKERS,
-    DECISION_TERMS,
-    MARKET_TERMS,
-    RISK_TERMS,
-    WAIT_WORDS,
-)
-from .quality_scorer import (
-    LengthPenalties,
-    QualityScore,
-    archetype_quality_bonus,
-    combined_format_score,
-    execution_score,
-    length_penalties,
-    quality_total,
-    score_response,
-)
-from .tick_quality import (  # noqa: F401 (Direction and CurriculumLevel: the type aliases old imports name)
-    TICK_QUALITY_WEIGHTS,
-    CurriculumLevel,
-    DifficultyTick,
-    Direction,
-    TrajectoryDifficulty,
-    assess_trajectory_difficulty,
-    calculate_detailed_tick_quality,
-    calculate_tick_quality_score,
-    calculate_trajectory_quality_score,
-    check_reasoning_action_alignment,
-    check_reasoning_coherence,
-    validate_xml_structure,
-)
+from . import format_validator, keywords, quality_scorer, tick_quality
+from .format_validator import *  # noqa: F403 (each module lists its public names once, in its __all__)
+from .keywords import *  # noqa: F403
+from .quality_scorer import *  # noqa: F403
+from .tick_quality import *  # noqa: F403
+from .tick_quality import CurriculumLevel, Direction  # noqa: F401 (the type aliases old imports name)
 
-__all__ = [
-    "ANALYSIS_TERMS",
-    "BEARISH_WORDS",
-    "BULLISH_WORDS",
-    "CONCLUSION_MARKERS",
-    "DECISION_TERMS",
-    "MARKET_TERMS",
-    "REQUIRED_ACTION_FIELDS",
-    "RISK_TERMS",
-    "TICK_QUALITY_WEIGHTS",
-    "VALID_ACTION_TYPES",
-    "WAIT_WORDS",
-    "DifficultyTick",
-    "FormatReport",
-    "LengthPenalties",
-    "QualityScore",
-    "TrajectoryDifficulty",
-    "archetype_quality_bonus",
-    "assess_trajectory_difficulty",
-    "calculate_detailed_tick_quality",
-    "calculate_tick_quality_score",
-    "calculate_trajectory_quality_score",
-    "check_reasoning_action_alignment",
-    "check_reasoning_coherence",
-    "combined_format_score",
-    "execution_score",
-    "extract_action_json",
-    "length_penalties",
-    "quality_total",
-    "score_action_json",
-    "score_length",
-    "score_reasoning_quality",
-    "score_response",
-    "validate_response_format",
-    "validate_think_tags",
-    "validate_xml_structure",
-]
+__all__ = [*keywords.__all__, *tick_quality.__all__, *format_validator.__all__, *quality_scorer.__all__]

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from .format_validator import _parse_think, validate_response_format
 from .keywords import _as_float, _as_text, _clip
 
+__all__ = [
+    "LengthPenalties", "QualityScore", "archetype_quality_bonus", "combined_format_score", "execution_score",
+    "length_penalties", "quality_total", "score_response",
+]
+
 
 @dataclass(frozen=True)
 class LengthPenalties:

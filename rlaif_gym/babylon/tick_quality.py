@@ -17,6 +17,12 @@ from typing import Literal
 
 from .keywords import _BEARISH, _BULLISH, _CONCLUSION, _EXPOSURE, _PNL, _WAIT, _as_float, _as_text, _clip
 
+__all__ = [
+    "TICK_QUALITY_WEIGHTS", "DifficultyTick", "TrajectoryDifficulty", "assess_trajectory_difficulty",
+    "calculate_detailed_tick_quality", "calculate_tick_quality_score", "calculate_trajectory_quality_score",
+    "check_reasoning_action_alignment", "check_reasoning_coherence", "validate_xml_structure",
+]
+
 _DECISION_ELEMENT = re.compile(r"<decision[\s/>]")
 _TICKER_ATTR = re.compile(r"ticker=\"[^\"]+\"|ticker='[^']+'")
 _MARKET_ATTR = re.compile(r"marketId=\"[^\"]+\"|marketId='[^']+'")
