@@ -18,8 +18,10 @@ One file, top to bottom (CleanRL style). The recipe (docs/trl.md gives each choi
    market open at the point has resolved (`DecisionPoint.resolution_horizon`), so a bet is paid at the outcome
    the world drew, which the feed is written from (never at the hidden p*, which the feed does not predict).
 3. **SFT on a format-only teacher** (`rlaif_gym.llm.FormatOnlyLLM`): JSON-only bets on the market the feed
-   names most, 5 % of cash, the side a coin flip. The model learns to answer in form and to bet, nothing about
-   the side; the run stops before RL unless the SFT model bets at >= 90 % of held-out points (greedy).
+   names most, 5 % of cash, taught on both sides at every point (`--sft-sides both`: the same bet on YES and on
+   NO, drawn together, so the warm start has no side by construction). The model learns to answer in form and to
+   bet, nothing about the side; the run stops before RL unless the SFT model bets at >= 90 % of held-out points
+   (greedy).
 4. **RL on the side**, one of:
    - `--rl exact` (default): both sides of the format-only teacher's bet (the same bet on YES and on NO) scored
      by the env at the forked state, so every point says exactly which side was worth how much: no sampling
@@ -118,6 +120,10 @@ class Args:
     """Replies per SFT step."""
     sft_learning_rate: float = 1e-3
     """AdamW learning rate of SFT."""
+    sft_sides: Literal["both", "coin"] = "both"
+    """What SFT is taught at each point: "both" sides of the format-only teacher's bet (the same bet on YES and on
+    NO, drawn together, equal weight: a warm start with no side by construction); "coin": the teacher's reply, its
+    side a coin flip (every such start bet one side at most held-out points: docs/trl.md)."""
     min_format_valid: float = 0.95
     """Exit 1 (after writing results.json) unless the trained model's greedy replies are format-valid at this share of
     held-out points or more, on every set: RL that breaks the reply's form is a failed run."""
@@ -220,6 +226,15 @@ def training_points(find, args: Args) -> list[DecisionPoint]:
 def format_teacher_reply(teacher: FormatOnlyLLM, point: DecisionPoint, seed: int) -> str:
     """The format-only teacher's reply at a point: its coin is seeded by the run's seed and the point's seed."""
     return teacher.decide(point.prompt, np.random.default_rng([seed, point.seed, point.tick]))
+
+
+def both_sides(teacher: FormatOnlyLLM, point: DecisionPoint) -> list[str]:
+    """The format-only teacher's bet at a point on YES and on NO (`--sft-sides both`); its wait twice where it has
+    nothing to bet on (so every point gives two replies)."""
+    bet = teacher.bet(point.prompt)
+    if bet is None:
+        return [json.dumps({"type": "wait"})] * 2
+    return [bet_reply(bet[0], side, bet[1]) for side in ("YES", "NO")]
 
 
 @dataclass
@@ -371,6 +386,7 @@ def summary(replies: list[DecisionReply]) -> dict[str, float]:
     return {"format_valid": statistics.fmean(r.format_valid for r in replies),
             "executed": statistics.fmean(r.executed for r in replies),
             "bets": statistics.fmean(r.outcome_side != 0 for r in replies),
+            "yes_bets": statistics.fmean(r.outcome_side != 0 and '"outcome": "YES"' in r.reply for r in replies),
             "outcome_side": statistics.fmean(r.outcome_side for r in replies),
             "gain": statistics.fmean(r.gain for r in replies)}
 
@@ -490,12 +506,14 @@ def main() -> int:
                       layers_to_transform=list(range(max(0, layers - args.lora_layers), layers)),
                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     model = get_peft_model(model, peft)
-    records = [{"messages": [*decision_messages(p), {"role": "assistant",
-                                                     "content": format_teacher_reply(teacher, p, args.seed)}]}
-               for p in train_points]
+    taught = [[format_teacher_reply(teacher, p, args.seed)] if args.sft_sides == "coin" else both_sides(teacher, p)
+              for p in train_points]
+    records = [{"messages": [*decision_messages(p), {"role": "assistant", "content": reply}]}
+               for p, replies in zip(train_points, taught, strict=True) for reply in replies]
     examples = sft_examples(records, tokenizer, max_reply_tokens=args.max_reply_tokens)
     sft_losses = sft_train(model, examples, steps=args.sft_steps, batch_size=args.sft_batch_size,
-                           learning_rate=args.sft_learning_rate, seed=args.seed, detach_prompt=True,
+                           group=len(taught[0]), learning_rate=args.sft_learning_rate, seed=args.seed,
+                           detach_prompt=True,
                            log=lambda step, loss: print(f"  SFT step {step:3d}  loss {loss:.4f}", flush=True))
     stage("SFT", t0)
     evaluate_all("after SFT")

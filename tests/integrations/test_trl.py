@@ -428,6 +428,23 @@ def test_sft_warm_start_on_scripted_replies(tokenizer):
         sft_train(model, [], steps=1)
 
 
+def test_sft_groups_are_drawn_whole(tokenizer):
+    """`group=2`: each batch holds whole runs of two consecutive examples. With each run two copies of one
+    example and nothing learned (lr 0), every step's loss is one example's own loss; batches drawn example by
+    example would mix runs and average two different losses."""
+    records = scripted_sft_records([4], CONFIG)[:3]
+    singles = sft_examples(records, tokenizer, short_think=True, max_reply_tokens=24)
+    model = _tiny_model(tokenizer)
+    own = [sft_train(model, [one], steps=1, learning_rate=0.0)[0] for one in singles]
+    assert len(set(own)) == 3  # the three replies differ, so a mixed batch would show
+    pairs = [one for one in singles for _ in range(2)]
+    grouped = sft_train(model, pairs, steps=9, batch_size=2, group=2, learning_rate=0.0)
+    assert all(any(x == pytest.approx(o, rel=1e-6) for o in own) for x in grouped)
+    assert {min(range(3), key=lambda k: abs(own[k] - x)) for x in grouped} == {0, 1, 2}  # every run is drawn
+    with pytest.raises(ConfigError, match="group=2 must divide"):
+        sft_train(model, pairs[:3], steps=1, batch_size=2, group=2)
+
+
 def _grpo_args(tmp_path, **overrides):
     from trl import GRPOConfig
 

@@ -126,11 +126,15 @@ def sft_examples(records: Iterable[Mapping[str, Any]], tokenizer: PreTrainedToke
 
 
 def sft_train(model: PreTrainedModel, examples: Sequence[tuple[list[int], list[int]]], *, steps: int,
-              batch_size: int = 1, learning_rate: float = 5e-4, seed: int = 0,
+              batch_size: int = 1, learning_rate: float = 5e-4, seed: int = 0, group: int = 1,
               detach_prompt: bool = False, log: Callable[[int, float], None] | None = None) -> list[float]:
     """A plain supervised loop: `steps` AdamW steps of next-token cross-entropy on the reply tokens only (the
     prompt tokens carry no loss), batches drawn in a seeded shuffled order over `examples`. Trains the
     parameters that require grad (only a LoRA adapter's on a PEFT model). Returns each step's mean loss.
+
+    `group` > 1: `examples` come in runs of `group` consecutive examples drawn together (the same bet on YES and on
+    NO at one prompt, say), so every batch holds whole groups and each group's replies weigh the same in every
+    step: a warm start that learns the replies' form and, where they part, no preference between them.
 
     With `detach_prompt` the prompt runs without gradients and the reply attends to its cached keys and values
     (the start the batch's prompts share, the system prompt, runs once per step), so the backward pass covers
@@ -140,6 +144,9 @@ def sft_train(model: PreTrainedModel, examples: Sequence[tuple[list[int], list[i
         raise ConfigError(f"steps must be >= 0 and batch_size >= 1, got {steps} and {batch_size}")
     if steps and not examples:
         raise ConfigError("sft_train got no examples")
+    if group < 1 or batch_size % group or len(examples) % group:
+        raise ConfigError(f"sft_train group={group} must divide batch_size ({batch_size}) and the number of "
+                          f"examples ({len(examples)}): the examples come in runs of `group` drawn together")
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=0.0)
     device = next(model.parameters()).device
@@ -152,10 +159,11 @@ def sft_train(model: PreTrainedModel, examples: Sequence[tuple[list[int], list[i
         total = 0.0
         n_tokens = 0
         batch = []
-        for _ in range(batch_size):
+        for _ in range(batch_size // group):
             if not order:
-                order = torch.randperm(len(examples), generator=gen).tolist()
-            batch.append(examples[order.pop()])
+                order = torch.randperm(len(examples) // group, generator=gen).tolist()
+            first = order.pop() * group
+            batch += examples[first:first + group]
         n_tokens = sum(len(reply) for _, reply in batch)
         shared = _PrefixCache(model, [tuple(p) for p, _ in batch], device) if detach_prompt else None
         for prompt, reply in batch:  # one sequence at a time: no padding, gradients accumulated
