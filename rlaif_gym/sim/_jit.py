@@ -240,7 +240,7 @@ view = (_view_intrinsic() or jit_view(_slice_view)) if numba is not None else _s
 """view(buf, offset, shape): a C-contiguous `shape` view of buf[offset:] inside compiled code, no copy."""
 
 
-def call_variant(namespace: dict, entry: str, flat: tuple[str, ...]):
+def call_variant(namespace: dict, entry: str, flat: tuple[str, ...], helpers: tuple[dict, ...] = ()):
     """A second compiled copy of the world step, entered at `entry`, whose small helpers are real calls.
 
     Why: numba inlines a `jit_inline` helper by copying it into every call site of its caller's IR, and
@@ -252,8 +252,9 @@ def call_variant(namespace: dict, entry: str, flat: tuple[str, ...]):
     The phases (`jit_phase`) stay inlined, once each, and are copied too so that their helpers are the calls.
     Every copy shares one globals dict, which numba reads when it compiles (at the first call).
 
-    `namespace` is the globals of the module that defines the kernel and its helpers; `flat` names the functions
-    copied as standalone kernels (the entry among them); returns the copy of `entry`.
+    `namespace` is the globals of the module that defines the kernel and its phases; `helpers` the globals of the
+    modules whose `jit_inline` helpers it imports under their own names (`sim._scalars`); `flat` names the
+    functions copied as standalone kernels (the entry among them); returns the copy of `entry`.
     """
     if numba is None:
         return namespace[entry]
@@ -264,10 +265,11 @@ def call_variant(namespace: dict, entry: str, flat: tuple[str, ...]):
         dup.__qualname__, dup.__doc__ = dup.__name__, fn.__doc__  # numba keys its on-disk cache by the qualified name
         return dup
 
-    module = namespace["__name__"]
-    for name in INLINED[module]:  # a standalone copy of each helper, its own helpers still inlined into it
-        names[name] = njit(copy(namespace[name].py_func, "_call", namespace), _nrt=False)
-    for name in PHASES[module]:
+    for home in (namespace, *helpers):  # a standalone copy of each helper, its own helpers still inlined into it
+        for name in INLINED[home["__name__"]]:
+            if home is namespace or namespace.get(name) is home[name]:
+                names[name] = njit(copy(home[name].py_func, "_call", home), _nrt=False)
+    for name in PHASES[namespace["__name__"]]:
         names[name] = njit(copy(namespace[name].py_func, "_calls", names), inline="always")
     for name in flat:
         fn = namespace[name]

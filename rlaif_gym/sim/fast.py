@@ -2,13 +2,15 @@
 
 `fast.step(state, actions, params)` mutates `state` and returns a `StepOutcome` exactly as
 `engine.step` does; `engine.step` stays the reference. numba is a core dependency; where it cannot be
-installed or imported, `available()` is False and `step` falls back to `engine.step`. How the kernels are
-compiled and cached lives in `sim._jit`; how a state reaches them (four flat buffers) in `sim.packing`.
+installed or imported, `available()` is False and `step` falls back to `engine.step`. This module holds the
+rules (the phases, the action handlers, the kernel); the arithmetic they share, with numpy's semantics, lives in
+`sim._scalars`; how a state, the constants and the outcome reach and leave a kernel (flat buffers and named
+layouts) in `sim.packing`; how the kernels are compiled and cached in `sim._jit`.
 
 The kernel surface (`__all__`) is what the fused numeric step (`envs/fused.py`) and the compiled encoder and
 action mask (`encoding/`) build on: the kernel, the accounting helpers, numpy's scalar semantics, the layouts of
 the constant and outcome arrays (by name: a caller looks its rows up, never hard-codes them) and the decorators.
-Everything with a leading underscore is this module's own.
+Everything with a leading underscore is the kernels' own.
 
 How it stays the same as the numpy path:
 - one kernel loops over worlds and does, per world, what the vectorised functions do, in the same
@@ -18,10 +20,9 @@ How it stays the same as the numpy path:
   floating-point operation order (left to right as numpy evaluates the expressions);
 - the state reaches compiled code as one named tuple of its arrays (`WorldArrays`), built from the
   field declarations in `sim/state.py`; error codes, action kinds and outcome rows are named constants
-  derived from `ErrorCode`, `ActionType` and the outcome layout;
-- random draws use the same counter-based SplitMix64 hash and the same column layout as `engine._Cols`;
-- sums reproduce numpy's reduction order: pairwise summation (8 accumulators from 8 terms on) along
-  a contiguous last axis, plain left-to-right accumulation along any other axis;
+  derived from `ErrorCode`, `ActionType` and the layouts in `sim.packing`;
+- random draws, sums and the CPMM are `sim._scalars`' (the engine's hash and column layout, numpy's
+  summation order, `sim.pricing`'s formulas);
 - several liquidations in one world accumulate in position order, as `np.add.at` does in the engine.
 
 What can differ: exp, log and log1p come from the C library here and from numpy's SIMD code there,
@@ -31,27 +32,58 @@ float fields agree to about 1e-15 relative and discrete fields agree exactly (te
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
 from ..errors import InvalidActionError
-from . import engine, pricing, rng
+from . import _scalars, engine
 from ._jit import (
     available,
     call_variant,
     compile_notice,
     jit,
     jit_flat,
-    jit_inline,
     jit_phase,
     kernel_cache_dir,
     numba,
 )
+from ._scalars import (
+    _S16,
+    _U64,
+    _buy_shares,
+    _fee,
+    _normal,
+    _psum,
+    _sell_proceeds,
+    _uniform_at,
+    _uniforms,
+    equity,
+    exposure,
+    fmax,
+    fmin,
+    isfinite,
+)
 from .actions import ActionBatch, ActionType, ErrorCode
-from .packing import STATE_FIELDS, WorldArrays, packed, packed_copy, state_views
-from .params import GROUP_NAMES, NEWS_SOURCES, POST_HONESTY, NpcBehaviour, WorldParams
+from .packing import (
+    CF,
+    CF_OFFSET,
+    COLUMNS,
+    OUT_B,
+    OUT_F,
+    OUT_I,
+    PF,
+    PI,
+    STATE_FIELDS,
+    WorldArrays,
+    outcome_of,
+    packed,
+    packed_copy,
+    param_arrays,
+    scratch,
+    state_views,
+)
+from .params import POST_HONESTY, NpcBehaviour, WorldParams
 from .state import FEED_LENGTH, WorldState
 
 # The world step (available .. step) and the kernel surface (see the module docstring).
@@ -60,13 +92,6 @@ __all__ = ["OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STATE_FIELDS", "WorldArrays",
            "kernel_cache_dir", "outcome_of", "packed", "packed_copy", "param_arrays", "scratch", "state_views", "step"]
 
 _warm = False  # `step` has run its kernel in this process (so it skips `compile_notice`)
-_U64 = np.uint64
-_C1, _C2, _GOLDEN, _TO_UNIT = rng._C1, rng._C2, rng._GOLDEN, rng._TO_UNIT  # SplitMix64's constants, as `rng` draws
-_S16 = _U64(1 << 16)
-_SH11 = _U64(11)
-_SH27 = _U64(27)
-_SH30 = _U64(30)
-_SH31 = _U64(31)
 _MARKET_STREAM = engine._MARKET_STREAM
 _SIGNAL_DECAY = engine._SIGNAL_DECAY
 _PERP_NEWS_DECAY = engine._PERP_NEWS_DECAY
@@ -79,153 +104,11 @@ _OPEN_LOW, _OPEN_SPAN = engine._OPENING_PRICE
 _LEAD_LOW, _LEAD_SPAN = engine._NARRATIVE_LEAD
 _MOVE_LOW, _MOVE_SPAN = engine._NARRATIVE_MOVE
 _FUNDING_CAP = engine._FUNDING_CAP
-_TWO_PI = 2.0 * np.pi
 _R = FEED_LENGTH
 _INFORMED = NpcBehaviour.INFORMED
 _DECEIVER = NpcBehaviour.DECEIVER
 _POST_HONESTY = np.array(POST_HONESTY, dtype=np.float64)  # a constant array in compiled code
 _MOMENTUM = NpcBehaviour.MOMENTUM
-# ---------------------------------------------------------------------------------------------
-# Scalar helpers with numpy's semantics
-
-
-@jit_inline
-def fmax(a, b):
-    """np.maximum: NaN-propagating."""
-    return a if (a >= b or a != a) else b
-
-
-@jit_inline
-def fmin(a, b):
-    """np.minimum: NaN-propagating."""
-    return a if (a <= b or a != a) else b
-
-
-@jit_inline
-def isfinite(x):
-    return not (math.isinf(x) or math.isnan(x))
-
-
-@jit_inline
-def _psum(a, n):
-    """numpy's pairwise sum of a[:n] (what `arr.sum(axis=-1)` does on a contiguous last axis, n <= 128)."""
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3, r4, r5, r6, r7 = a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
-    i = 8
-    stop = n - n % 8
-    while i < stop:
-        r0 += a[i]
-        r1 += a[i + 1]
-        r2 += a[i + 2]
-        r3 += a[i + 3]
-        r4 += a[i + 4]
-        r5 += a[i + 5]
-        r6 += a[i + 6]
-        r7 += a[i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[i]
-        i += 1
-    return 0.0 + res
-
-
-@jit_inline
-def _mix(x):
-    x = (x ^ (x >> _SH30)) * _C1
-    x = (x ^ (x >> _SH27)) * _C2
-    return x ^ (x >> _SH31)
-
-
-@jit_inline
-def _uniform_at(key, base, j):
-    """The j-th of rng.uniforms(key, stream), where base = stream * 2**16. The generator is counter-based,
-    so the kernel draws only the numbers a tick uses and still matches the engine's full draw."""
-    c = base + _U64(j)
-    x = _mix(key ^ _mix(c * _GOLDEN + _GOLDEN))
-    return float(x >> _SH11) * _TO_UNIT
-
-
-@jit_inline
-def _uniforms(key, stream, n, out):
-    """rng.uniforms for one world: out[:n] from (key, stream)."""
-    base = stream * _S16
-    for j in range(n):
-        out[j] = _uniform_at(key, base, j)
-
-
-@jit_inline
-def _normal(u1, u2):
-    return math.sqrt(-2.0 * math.log1p(-u1)) * math.cos(_TWO_PI * u2)
-
-
-@jit_inline
-def _fee(fee_rate, min_fee, gross):
-    return fmax(fee_rate * gross, min_fee)
-
-
-# The market maker's formulas are `sim.pricing`'s own, compiled for scalars: the numpy engine calls the same two
-# functions on arrays, so the CPMM is written once.
-_buy_shares = jit_inline(pricing.buy_shares)
-_sell_proceeds = jit_inline(pricing.sell_proceeds)
-
-
-# ---------------------------------------------------------------------------------------------
-# Accounting (engine.share_value / liquidation_value / equity / exposure for one world)
-
-
-@jit_inline
-def _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf):
-    for j in range(m):
-        p = pm_no[b, j] / (pm_yes[b, j] + pm_no[b, j])
-        buf[j] = hold_yes[b, j] * p + hold_no[b, j] * (1.0 - p)
-    return _psum(buf, m)
-
-
-@jit_inline
-def _net_sale(same, other, sh, fee_rate, min_fee):
-    """engine._net_sale for one holding: sell_proceeds, less the fee, never below 0 (0 for no shares)."""
-    if sh == 0.0:
-        return 0.0
-    gross = _sell_proceeds(same, other, sh)[0]
-    return fmax(gross - _fee(fee_rate, min_fee, gross), 0.0)
-
-
-@jit_inline
-def _liquidation_value(b, m, fee_rate, min_fee, pm_yes, pm_no, hold_yes, hold_no, buf):
-    for j in range(m):
-        y, n = pm_yes[b, j], pm_no[b, j]
-        buf[j] = _net_sale(y, n, hold_yes[b, j], fee_rate, min_fee) + _net_sale(n, y, hold_no[b, j], fee_rate, min_fee)
-    return _psum(buf, m)
-
-
-@jit_inline
-def equity(b, m, np_, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_margin,
-            pos_notional, perp_price, buf):
-    sv = _liquidation_value(b, m, fee_rate, min_fee, pm_yes, pm_no, hold_yes, hold_no, buf)
-    for t in range(np_):
-        s = pos_side[b, t]
-        entry = pos_entry[b, t] if s != 0 else 1.0
-        upnl = s * (perp_price[b, t] / entry - 1.0) * pos_notional[b, t]
-        buf[t] = fmax(pos_margin[b, t] + upnl, 0.0) if s != 0 else 0.0
-    perp = _psum(buf, np_)
-    return cash[b] + sv + perp
-
-
-@jit_inline
-def exposure(b, m, np_, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry, pos_notional, perp_price, buf):
-    sv = _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf)
-    for t in range(np_):
-        s = pos_side[b, t]
-        entry = pos_entry[b, t] if s != 0 else 1.0
-        buf[t] = abs(s) * pos_notional[b, t] * perp_price[b, t] / entry
-    return sv + _psum(buf, np_)
-
-
 # ---------------------------------------------------------------------------------------------
 # The kernel's names for codes, rows and constants, derived from what they name (so a renumbering follows)
 
@@ -261,13 +144,7 @@ _PROCEEDS_BELOW_FEE = int(ErrorCode.PROCEEDS_BELOW_FEE)
 _NEWS_MARKET, _NEWS_LEAK, _NEWS_ANNOUNCEMENT = 0, 1, 2
 _ANNOUNCEMENT_SOURCE, _LEAK_SOURCE = 0, 2
 
-# Float parameters (pf) and integer parameters (pi), in this order (`param_arrays`); pi ends with the column
-# offsets of the per-tick uniform draws, read from the engine's own layout (`engine._Cols`).
-PF = ("fee_rate", "min_fee", "min_order", "max_leverage", "perp_volatility", "news_rate", "post_rate", "tip_rate",
-      "npc_trade_rate", "narrative_rate", "market_liquidity")
-_COLUMNS = ("perp", "narr", "leak", "news", "post", "tip", "npc")
-PI = ("num_markets", "num_perps", "num_npcs", "num_groups", "market_duration_min", "market_duration_max",
-      "funding_interval", *(f"col_{name}" for name in _COLUMNS))
+# Rows of the constant arrays and the outcome arrays, by name (their layouts: `sim.packing`).
 _FEE_RATE, _MIN_FEE, _MIN_ORDER, _MAX_LEVERAGE = (
     PF.index(n) for n in ("fee_rate", "min_fee", "min_order", "max_leverage"))
 _PERP_VOLATILITY, _NEWS_RATE, _POST_RATE, _TIP_RATE = (
@@ -278,17 +155,10 @@ _NUM_MARKETS, _NUM_PERPS, _NUM_NPCS, _NUM_GROUPS = (
     PI.index(n) for n in ("num_markets", "num_perps", "num_npcs", "num_groups"))
 _DURATION_MIN, _DURATION_MAX, _FUNDING_INTERVAL = (
     PI.index(n) for n in ("market_duration_min", "market_duration_max", "funding_interval"))
-_COL_PERP, _COL_NARR, _COL_LEAK, _COL_NEWS, _COL_POST, _COL_TIP, _COL_NPC = (PI.index(f"col_{n}") for n in _COLUMNS)
+_COL_PERP, _COL_NARR, _COL_LEAK, _COL_NEWS, _COL_POST, _COL_TIP, _COL_NPC = (PI.index(f"col_{n}") for n in COLUMNS)
 
-# The feed constants (cf): offsets of each table in `param_arrays`' concatenation.
 _CF_SOURCE_WEIGHT, _CF_SOURCE_CUM, _CF_SOURCE_RELIABILITY, _CF_GROUP_WEIGHT, _CF_GROUP_RELIABILITY, _CF_LEAK_WEIGHT = (
-    0, 3, 6, 9, 12, 15)
-
-# Outcome rows: floats (out_f), ints (out_i), bools (out_b); `outcome_of` names them for a StepOutcome.
-OUT_F = ("error_a", "error_b", "filled_shares", "filled_usd", "fee", "equity_before", "equity_after", "pnl_delta",
-         "exposure_ratio", "leverage_requested", "payout")
-OUT_I = ("error", "resolved", "liquidated")
-OUT_B = ("success", "added_exposure", "bankrupt")
+    CF_OFFSET[n] for n in CF)
 _ERROR_A, _ERROR_B, _FILLED_SHARES, _FILLED_USD, _FEE = (
     OUT_F.index(n) for n in ("error_a", "error_b", "filled_shares", "filled_usd", "fee"))
 _EQUITY_BEFORE, _EQUITY_AFTER, _PNL_DELTA, _EXPOSURE_RATIO = (
@@ -987,39 +857,9 @@ def kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre
     return True
 
 
-def scratch(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The float, int and bool scratch `kernel` needs for the world sizes in pi (`param_arrays`' pi).
-    Its size does not depend on the number of worlds."""
-    m, np_, k = int(pi[_NUM_MARKETS]), int(pi[_NUM_PERPS]), int(pi[_NUM_NPCS])
-    return (np.empty(4 + max(m, np_, k, 8) + 2 * np_ + 7 * m + 2 * k + k * m), np.empty(m + k, dtype=np.int64),
-            np.empty(np_ + m + k, dtype=np.bool_))
-
-
 # The world step with real calls to its small helpers (`sim._jit.call_variant`): what `step` runs (the text face,
 # and the numeric face's unfused paths); the fused numeric step (envs/fused.py) calls `kernel`, all inlined.
-_kernel_calls = call_variant(globals(), "kernel", ("_resolve_and_reopen", "kernel"))
-
-
-@functools.lru_cache(maxsize=32)
-def param_arrays(params: WorldParams):
-    """The kernels' constants for `params`: pf (`PF`), pi (`PI`: sizes, then `engine._Cols` offsets), the NPC
-    behaviours, and cf (the feed tables at the `_CF_*` offsets). Read-only: the kernels are specialised on that."""
-    columns = engine._cols(params).offset
-    pf = np.array([float(getattr(params, n)) for n in PF])
-    pi = np.array([int(getattr(params, n)) for n in PI[:-len(_COLUMNS)]] + [columns[n] for n in _COLUMNS],
-                  dtype=np.int64)
-    beh = engine.npc_behaviours(params)
-    src_w = engine._SOURCE_WEIGHT
-    cum = np.cumsum(engine._NEWS_SOURCE_PROBS)
-    rel = np.array([s[1] for s in NEWS_SOURCES])
-    grp_w = np.zeros(3)
-    grp_w[: len(engine._GROUP_WEIGHT)] = engine._GROUP_WEIGHT
-    grp_r = np.zeros(3)
-    grp_r[: len(GROUP_NAMES)] = [gname[1] for gname in GROUP_NAMES]
-    cf = np.concatenate([src_w, cum, rel, grp_w, grp_r, [engine._LEAK_WEIGHT]])
-    for arr in (pf, pi, beh, cf):
-        arr.setflags(write=False)
-    return pf, pi, beh, cf
+_kernel_calls = call_variant(globals(), "kernel", ("_resolve_and_reopen", "kernel"), helpers=(vars(_scalars),))
 
 
 def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine.StepOutcome:
@@ -1049,15 +889,3 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine
         raise InvalidActionError(f"ActionBatch.kind must hold ActionType codes 0..{_MAX_KIND}, "
                                  f"got {sorted(set(a.kind.tolist()))}; build batches with ActionBatch.from_actions")
     return outcome_of(out_f, out_i, out_b)
-
-
-def outcome_of(out_f: np.ndarray, out_i: np.ndarray, out_b: np.ndarray) -> engine.StepOutcome:
-    """A `StepOutcome` whose arrays are the rows of the kernel's outcome arrays (`OUT_F`, `OUT_I`, `OUT_B` order)."""
-    e_a, e_b, shares, usd, fee, eq0, eq1, pnl, ratio, lev, payout = out_f
-    error, resolved, liquidated = out_i
-    success, added, bankrupt = out_b
-    return engine.StepOutcome(
-        success=success, error=error, error_a=e_a, error_b=e_b, filled_shares=shares, filled_usd=usd, fee=fee,
-        equity_before=eq0, equity_after=eq1, pnl_delta=pnl, added_exposure=added, exposure_ratio=ratio,
-        leverage_requested=lev, resolved=resolved, payout=payout, liquidated=liquidated, bankrupt=bankrupt,
-    )

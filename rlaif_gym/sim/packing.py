@@ -1,26 +1,36 @@
-"""The packed state: a WorldState's arrays as four flat buffers and a table, and the views compiled code rebuilds.
+"""What the world kernels take and give besides code: the packed state, the constant arrays and the outcome rows.
+
+**The packed state**: a WorldState's arrays as four flat buffers and a table, and the views compiled code rebuilds.
 
 A compiled call pays for every array argument it unboxes (73 state arrays cost more than a one-world step's
 compiled work), so the compiled backend keeps a state's arrays as views of four flat buffers (float64, int64,
 uint64, bool) and passes those plus a table of offsets and shapes; `state_views` rebuilds the views inside compiled
 code as one named tuple (`WorldArrays`, field for field), so a kernel reads `s.cash[b]` and a new state field
-needs no kernel signature, view or call edited. Everything here is derived from the field declarations in
-`sim/state.py`.
+needs no kernel signature, view or call edited. It is derived from the field declarations in `sim/state.py`.
+
+**The constants and the outcome**: a kernel reads a batch's parameters as arrays (`param_arrays`: pf, pi, the NPC
+behaviours, cf) and writes each world's outcome into rows (out_f, out_i, out_b; `outcome_of` reads them back as a
+`StepOutcome`). Each array has a named layout (`PF`, `PI`, `CF`, `OUT_F`, `OUT_I`, `OUT_B`): a kernel looks its rows
+up by name (`PF.index("fee_rate")`), never by a number typed by hand.
 """
 
 from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import math
 import operator
 
 import numpy as np
 
+from . import engine
 from ._jit import jit_view, view  # noqa: F401 (`view` is read by the exec-built `state_views`)
+from .params import GROUP_NAMES, NEWS_SOURCES, WorldParams
 from .state import WorldState, field_specs
 
-__all__ = ["STATE_FIELDS", "WorldArrays", "packed", "packed_copy", "state_views"]
+__all__ = ["CF", "CF_OFFSET", "COLUMNS", "OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STATE_FIELDS", "WorldArrays",
+           "outcome_of", "packed", "packed_copy", "param_arrays", "scratch", "state_views"]
 
 WorldArrays = collections.namedtuple("WorldArrays", [spec.name for spec in field_specs()])
 """The WorldState fields as a tuple numba can pass around (built from a packed state by `state_views`)."""
@@ -115,3 +125,71 @@ def _state_views_source() -> str:
 
 exec(compile(_state_views_source(), __file__, "exec"), globals())  # the source is built from field_specs
 state_views = jit_view(state_views)  # noqa: F821 (defined by the exec above)
+
+
+# -- the constant arrays and the outcome rows
+
+PF = ("fee_rate", "min_fee", "min_order", "max_leverage", "perp_volatility", "news_rate", "post_rate", "tip_rate",
+      "npc_trade_rate", "narrative_rate", "market_liquidity")
+"""The float parameters (pf), in this order."""
+COLUMNS = ("perp", "narr", "leak", "news", "post", "tip", "npc")
+"""The phases with per-tick uniform draws, whose column offsets end pi (`engine._Cols`'s own layout)."""
+PI = ("num_markets", "num_perps", "num_npcs", "num_groups", "market_duration_min", "market_duration_max",
+      "funding_interval", *(f"col_{name}" for name in COLUMNS))
+"""The integer parameters (pi): sizes and periods, then each phase's first draw column (`col_perp`, ...)."""
+CF_SIZE = {"source_weight": 3, "source_cum": 3, "source_reliability": 3, "group_weight": 3, "group_reliability": 3,
+           "leak_weight": 1}
+"""The feed constants (cf): its tables, concatenated in this order, and their lengths (news sources; group chats,
+zero-padded to 3; the perp leak's weight)."""
+CF = tuple(CF_SIZE)
+CF_OFFSET = dict(zip(CF, itertools.accumulate(list(CF_SIZE.values())[:-1], initial=0), strict=True))
+"""Where each table of cf starts."""
+OUT_F = ("error_a", "error_b", "filled_shares", "filled_usd", "fee", "equity_before", "equity_after", "pnl_delta",
+         "exposure_ratio", "leverage_requested", "payout")
+"""The float outcome rows (out_f), in `outcome_of`'s order."""
+OUT_I = ("error", "resolved", "liquidated")
+"""The integer outcome rows (out_i)."""
+OUT_B = ("success", "added_exposure", "bankrupt")
+"""The boolean outcome rows (out_b)."""
+
+
+def scratch(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The float, int and bool scratch `kernel` needs for the world sizes in pi (`param_arrays`' pi).
+    Its size does not depend on the number of worlds."""
+    m, np_, k = (int(pi[PI.index(n)]) for n in ("num_markets", "num_perps", "num_npcs"))
+    return (np.empty(4 + max(m, np_, k, 8) + 2 * np_ + 7 * m + 2 * k + k * m), np.empty(m + k, dtype=np.int64),
+            np.empty(np_ + m + k, dtype=np.bool_))
+
+@functools.lru_cache(maxsize=32)
+def param_arrays(params: WorldParams):
+    """The kernels' constants for `params`: pf (`PF`), pi (`PI`: sizes, then `engine._Cols` offsets), the NPC
+    behaviours, and cf (the feed tables, `CF`). Read-only: the kernels are specialised on that."""
+    columns = engine._cols(params).offset
+    pf = np.array([float(getattr(params, n)) for n in PF])
+    pi = np.array([int(getattr(params, n)) for n in PI[:-len(COLUMNS)]] + [columns[n] for n in COLUMNS],
+                  dtype=np.int64)
+    beh = engine.npc_behaviours(params)
+    src_w = engine._SOURCE_WEIGHT
+    cum = np.cumsum(engine._NEWS_SOURCE_PROBS)
+    rel = np.array([s[1] for s in NEWS_SOURCES])
+    grp_w = np.zeros(3)
+    grp_w[: len(engine._GROUP_WEIGHT)] = engine._GROUP_WEIGHT
+    grp_r = np.zeros(3)
+    grp_r[: len(GROUP_NAMES)] = [gname[1] for gname in GROUP_NAMES]
+    tables = dict(zip(CF, (src_w, cum, rel, grp_w, grp_r, [engine._LEAK_WEIGHT]), strict=True))
+    assert all(len(tables[name]) == size for name, size in CF_SIZE.items()), "cf's tables changed size: see CF_SIZE"
+    cf = np.concatenate(list(tables.values()))
+    for arr in (pf, pi, beh, cf):
+        arr.setflags(write=False)
+    return pf, pi, beh, cf
+
+def outcome_of(out_f: np.ndarray, out_i: np.ndarray, out_b: np.ndarray) -> engine.StepOutcome:
+    """A `StepOutcome` whose arrays are the rows of the kernel's outcome arrays (`OUT_F`, `OUT_I`, `OUT_B` order)."""
+    e_a, e_b, shares, usd, fee, eq0, eq1, pnl, ratio, lev, payout = out_f
+    error, resolved, liquidated = out_i
+    success, added, bankrupt = out_b
+    return engine.StepOutcome(
+        success=success, error=error, error_a=e_a, error_b=e_b, filled_shares=shares, filled_usd=usd, fee=fee,
+        equity_before=eq0, equity_after=eq1, pnl_delta=pnl, added_exposure=added, exposure_ratio=ratio,
+        leverage_requested=lev, resolved=resolved, payout=payout, liquidated=liquidated, bankrupt=bankrupt,
+    )

@@ -262,3 +262,13 @@ def test_ppo_learns_on_the_envs_own_multidiscrete_space(tmp_path):
     # episode here, the sampled policy about 300 (docs/training.md).
     summary = _learning_run(tmp_path, "--actions", "joint", "--deterministic")
     assert summary["actions"] == "joint" and summary["policy"] == "PPO (argmax)"
+
+
+def test_sb3_ppo_trains_on_rlaif_v0_with_a_vec_env():
+    vec = make_vec_env("RLAIF-v0", n_envs=2, seed=0)
+    model = PPO("MlpPolicy", vec, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=256)
+    obs = vec.reset()
+    action, _ = model.predict(obs, deterministic=True)
+    assert action.shape == (2, 4)
+    assert gym.make("RLAIF-v0").action_space.contains(np.asarray(action[0]))
