@@ -133,7 +133,7 @@ class LatencyServer:
         messages = body.get("messages") or []
         user = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
         think, action = self._model.decide(user)
-        text = f"<think>{think}</think>\n{json.dumps(action)}"
+        text = ScriptedLLM.layout(think, action)
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         completion_tokens = len(text.split())
         return {
@@ -285,7 +285,7 @@ def stand_in_replies(n: int = 64) -> list[str]:
     model, replies = ScriptedLLM(), []
     for _ in range(n):
         think, action = model.decide(prompt)
-        replies.append(f"<think>{think}</think>\n{json.dumps(action)}")
+        replies.append(ScriptedLLM.layout(think, action))
         prompt, _, terminated, truncated, _ = env.step(replies[-1])
         if terminated or truncated:
             break

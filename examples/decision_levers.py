@@ -15,7 +15,6 @@ and the paired difference from the teacher, with 95 % intervals over points.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 
@@ -75,7 +74,7 @@ def main() -> None:
             think, action = teacher.decide(point.prompt)
             bets += action.get("type") == "buy_prediction"
             for name, act in variants(point, action).items():
-                gains.setdefault(name, []).append(gain(point, f"<think>{think}</think>\n{json.dumps(act)}", wait))
+                gains.setdefault(name, []).append(gain(point, ScriptedLLM.layout(think, act), wait))
         base = gains["teacher"]
         print(f"\nHeld-out seeds from {seeds.start:,}: {len(points)} decision points, the teacher bets at {bets}\n")
         print("| reply | gain over waiting | minus the teacher's, paired |\n|---|---:|---:|")

@@ -29,7 +29,6 @@ replies share one reasoning text, so their form terms match and their paired gap
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -121,7 +120,7 @@ def bet(market: str, side: str, amount: float, stake: float) -> str:
     think = (f"The feed on {market} makes {side} worth more than its price to me, so I put {100 * stake:g}% of my "
              f"cash on {side}.")
     action = {"type": "buy_prediction", "market": market, "outcome": side, "amount": round(amount, 2)}
-    return f"<think>{think}</think>\n{json.dumps(action)}"
+    return ScriptedLLM.layout(think, action)
 
 
 def side_of(sign: float) -> str:
@@ -207,7 +206,7 @@ def study(first: int, index: int, config: RLAIFEnvConfig, market_config: RLAIFEn
         evidence_right += score != 0 and side_of(score) == outcome
         evidence_truth_side += score != 0 and side_of(score) == truth_side
         replies = {
-            "teacher": f"<think>{think}</think>\n{json.dumps(action)}",
+            "teacher": ScriptedLLM.layout(think, action),
             "evidence rule": bet(market, side_of(score), amount, args.stake) if score else WAIT_REPLY,
             "random side": bet(market, "YES" if rng.random() < 0.5 else "NO", amount, args.stake),
             "p*'s side": bet(market, truth_side, amount, args.stake),

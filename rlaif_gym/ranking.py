@@ -14,7 +14,6 @@ tick's `TickView`): nothing reads the hidden truth except `OracleAgent` in the n
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -291,8 +290,7 @@ class TextPolicy:
         raise NotImplementedError
 
 
-def _reply(think: str, action: Mapping[str, Any]) -> str:
-    return f"<think>{think}</think>\n{json.dumps(action)}"
+_reply = ScriptedLLM.layout  # the canonical reply: <think>, a line break, the JSON action
 
 
 class ScriptedInformed(TextPolicy):
