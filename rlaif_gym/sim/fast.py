@@ -80,7 +80,6 @@ from .packing import (
     packed,
     packed_copy,
     param_arrays,
-    scratch,
     state_views,
 )
 from .params import POST_HONESTY, NpcBehaviour, WorldParams
@@ -855,6 +854,14 @@ def kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre
         out_f[_PNL_DELTA, b] = eq1 - eq0
         out_b[_BANKRUPT, b] = eq1 < pf[_MIN_FEE]
     return True
+
+
+def scratch(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The float, int and bool scratch `kernel` carves up (the two in step), for the world sizes in pi
+    (`param_arrays`' pi). Its size does not depend on the number of worlds."""
+    m, np_, k = int(pi[_NUM_MARKETS]), int(pi[_NUM_PERPS]), int(pi[_NUM_NPCS])
+    return (np.empty(4 + max(m, np_, k, 8) + 2 * np_ + 7 * m + 2 * k + k * m), np.empty(m + k, dtype=np.int64),
+            np.empty(np_ + m + k, dtype=np.bool_))
 
 
 # The world step with real calls to its small helpers (`sim._jit.call_variant`): what `step` runs (the text face,

@@ -30,7 +30,7 @@ from .params import GROUP_NAMES, NEWS_SOURCES, WorldParams
 from .state import WorldState, field_specs
 
 __all__ = ["CF", "CF_OFFSET", "COLUMNS", "OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STATE_FIELDS", "WorldArrays",
-           "outcome_of", "packed", "packed_copy", "param_arrays", "scratch", "state_views"]
+           "outcome_of", "packed", "packed_copy", "param_arrays", "state_views"]
 
 WorldArrays = collections.namedtuple("WorldArrays", [spec.name for spec in field_specs()])
 """The WorldState fields as a tuple numba can pass around (built from a packed state by `state_views`)."""
@@ -152,13 +152,6 @@ OUT_I = ("error", "resolved", "liquidated")
 OUT_B = ("success", "added_exposure", "bankrupt")
 """The boolean outcome rows (out_b)."""
 
-
-def scratch(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The float, int and bool scratch `kernel` needs for the world sizes in pi (`param_arrays`' pi).
-    Its size does not depend on the number of worlds."""
-    m, np_, k = (int(pi[PI.index(n)]) for n in ("num_markets", "num_perps", "num_npcs"))
-    return (np.empty(4 + max(m, np_, k, 8) + 2 * np_ + 7 * m + 2 * k + k * m), np.empty(m + k, dtype=np.int64),
-            np.empty(np_ + m + k, dtype=np.bool_))
 
 @functools.lru_cache(maxsize=32)
 def param_arrays(params: WorldParams):
