@@ -18,10 +18,9 @@ One file, top to bottom (CleanRL style). The recipe (docs/trl.md gives each choi
    market open at the point has resolved (`DecisionPoint.resolution_horizon`), so a bet is paid at the outcome
    the world drew, which the feed is written from (never at the hidden p*, which the feed does not predict).
 3. **SFT on a format-only teacher** (`rlaif_gym.llm.FormatOnlyLLM`): JSON-only bets on the market the feed
-   names most, 5 % of cash, taught on both sides at every point (`--sft-sides both`: the same bet on YES and on
-   NO, drawn together, so the warm start has no side by construction). The model learns to answer in form and to
-   bet, nothing about the side; the run stops before RL unless the SFT model bets at >= 90 % of held-out points
-   (greedy).
+   names most, 5 % of cash, the side a coin flip (`--sft-sides both` teaches both sides of every bet instead). The
+   model learns to answer in form and to bet, nothing about the side; the run stops before RL unless the SFT model
+   bets at >= 90 % of held-out points (greedy).
 4. **RL on the side**, one of:
    - `--rl exact` (default): both sides of the format-only teacher's bet (the same bet on YES and on NO) scored
      by the env at the forked state, so every point says exactly which side was worth how much: no sampling
@@ -120,10 +119,10 @@ class Args:
     """Replies per SFT step."""
     sft_learning_rate: float = 1e-3
     """AdamW learning rate of SFT."""
-    sft_sides: Literal["both", "coin"] = "both"
-    """What SFT is taught at each point: "both" sides of the format-only teacher's bet (the same bet on YES and on
-    NO, drawn together, equal weight: a warm start with no side by construction); "coin": the teacher's reply, its
-    side a coin flip (every such start bet one side at most held-out points: docs/trl.md)."""
+    sft_sides: Literal["coin", "both"] = "coin"
+    """What SFT is taught at each point: "coin": the format-only teacher's reply, its side a coin flip; "both": both
+    sides of its bet (the same bet on YES and on NO, drawn together, equal weight: no side in the teaching by
+    construction; its start still bet NO at most held-out points, and RL learned less from it: docs/trl.md)."""
     min_format_valid: float = 0.95
     """Exit 1 (after writing results.json) unless the trained model's greedy replies are format-valid at this share of
     held-out points or more, on every set: RL that breaks the reply's form is a failed run."""
