@@ -228,11 +228,11 @@ def format_teacher_reply(teacher: FormatOnlyLLM, point: DecisionPoint, seed: int
 
 
 def both_sides(teacher: FormatOnlyLLM, point: DecisionPoint) -> list[str]:
-    """The format-only teacher's bet at a point on YES and on NO (`--sft-sides both`); its wait twice where it has
-    nothing to bet on (so every point gives two replies)."""
+    """The format-only teacher's bet at a point on YES and on NO (`--sft-sides both`); its own reply (a wait) twice
+    where it has nothing to bet on (so every point gives two replies)."""
     bet = teacher.bet(point.prompt)
     if bet is None:
-        return [json.dumps({"type": "wait"})] * 2
+        return [format_teacher_reply(teacher, point, 0)] * 2
     return [bet_reply(bet[0], side, bet[1]) for side in ("YES", "NO")]
 
 

@@ -165,9 +165,9 @@ def param_arrays(params: WorldParams):
     src_w = engine._SOURCE_WEIGHT
     cum = np.cumsum(engine._NEWS_SOURCE_PROBS)
     rel = np.array([s[1] for s in NEWS_SOURCES])
-    grp_w = np.zeros(3)
+    grp_w = np.zeros(CF_SIZE["group_weight"])  # zero-padded to the layout's length
     grp_w[: len(engine._GROUP_WEIGHT)] = engine._GROUP_WEIGHT
-    grp_r = np.zeros(3)
+    grp_r = np.zeros(CF_SIZE["group_reliability"])
     grp_r[: len(GROUP_NAMES)] = [gname[1] for gname in GROUP_NAMES]
     tables = dict(zip(CF, (src_w, cum, rel, grp_w, grp_r, [engine._LEAK_WEIGHT]), strict=True))
     assert all(len(tables[name]) == size for name, size in CF_SIZE.items()), "cf's tables changed size: see CF_SIZE"
@@ -175,6 +175,7 @@ def param_arrays(params: WorldParams):
     for arr in (pf, pi, beh, cf):
         arr.setflags(write=False)
     return pf, pi, beh, cf
+
 
 def outcome_of(out_f: np.ndarray, out_i: np.ndarray, out_b: np.ndarray) -> engine.StepOutcome:
     """A `StepOutcome` whose arrays are the rows of the kernel's outcome arrays (`OUT_F`, `OUT_I`, `OUT_B` order)."""
