@@ -166,6 +166,10 @@ class Args:
     """Torch device: cpu, cuda, ..."""
     threads: int = 0
     """torch CPU threads (0: torch's default)."""
+    precision: Literal["bf16", "fp32"] = "bf16"
+    """Compute precision of every forward pass (SFT, RL, evaluation). "bf16": matrix products autocast to bfloat16,
+    while the weights, the optimizer's state and the losses stay float32 (about 1.5x faster on a CPU with native
+    bfloat16, AVX512-BF16 or AMX: docs/trl.md); "fp32" throughout (for CPUs without it, where bf16 is emulated)."""
     out: str = "runs/trl-grpo"
     """Where results.json, the curve's PNG and the trainer's logs go (no checkpoints are saved)."""
     results_json: str = ""
@@ -181,6 +185,12 @@ SMOKE_NOTE = ("--smoke checks the wiring, not learning: every stage runs end to 
               "evaluations) on a few decision points with 2 steps each, so its tables show nothing learned; the "
               "run without --smoke measures learning.")
 TRAINED = {"exact": "after SFT+RL (exact)", "grpo": "after SFT+GRPO (sampled)"}
+
+
+def autocast(args: Args):
+    """The context every forward pass runs in: bfloat16 autocast on `args.device` for `--precision bf16`, a no-op
+    for fp32."""
+    return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
 
 def parse_args() -> Args:
@@ -318,7 +328,8 @@ def train_exact(model, choices: list[SideChoice], args: Args, log) -> list[dict[
             optimizer.zero_grad()
             total, expected, best = 0.0, 0.0, 0.0
             for c in batch:
-                side, form, policy = choice_losses(model, c, scale, args.objective)
+                with autocast(args):
+                    side, form, policy = choice_losses(model, c, scale, args.objective)
                 loss = (side + args.anchor * form) / len(batch)
                 loss.backward()
                 total += float(loss.detach())
@@ -342,7 +353,7 @@ def train_grpo(model, tokenizer, points: list[DecisionPoint], args: Args, out: P
         * args.num_generations, gradient_accumulation_steps=1, num_generations=args.num_generations,
         learning_rate=args.learning_rate, beta=0.0, temperature=args.temperature, top_k=0, top_p=1.0,
         scale_rewards="none", max_completion_length=args.max_reply_tokens, logging_steps=1, report_to=[],
-        save_strategy="no", use_cpu=args.device == "cpu", seed=args.seed, bf16=False, fp16=False,
+        save_strategy="no", use_cpu=args.device == "cpu", seed=args.seed, bf16=args.precision == "bf16", fp16=False,
         dataloader_num_workers=0, disable_tqdm=True, gradient_checkpointing=False,
     )
     trainer = SharedPromptGRPOTrainer(
@@ -372,7 +383,8 @@ def greedy_replies(model, tokenizer, points: list[DecisionPoint], args: Args) ->
             chunk = list(range(start, min(start + args.eval_batch, len(points))))
             prompts = [tokenizer.apply_chat_template(decision_messages(points[i]), add_generation_prompt=True,
                                                      tokenize=True, return_dict=False) for i in chunk]
-            ids, _ = generate([list(p) for p in prompts], args.max_reply_tokens)
+            with autocast(args):
+                ids, _ = generate([list(p) for p in prompts], args.max_reply_tokens)
             replies += [(i, tokenizer.decode(r, skip_special_tokens=True)) for i, r in zip(chunk, ids, strict=True)]
     finally:
         if merge:
@@ -510,10 +522,11 @@ def main() -> int:
     records = [{"messages": [*decision_messages(p), {"role": "assistant", "content": reply}]}
                for p, replies in zip(train_points, taught, strict=True) for reply in replies]
     examples = sft_examples(records, tokenizer, max_reply_tokens=args.max_reply_tokens)
-    sft_losses = sft_train(model, examples, steps=args.sft_steps, batch_size=args.sft_batch_size,
-                           group=len(taught[0]), learning_rate=args.sft_learning_rate, seed=args.seed,
-                           detach_prompt=True,
-                           log=lambda step, loss: print(f"  SFT step {step:3d}  loss {loss:.4f}", flush=True))
+    with autocast(args):
+        sft_losses = sft_train(model, examples, steps=args.sft_steps, batch_size=args.sft_batch_size,
+                               group=len(taught[0]), learning_rate=args.sft_learning_rate, seed=args.seed,
+                               detach_prompt=True,
+                               log=lambda step, loss: print(f"  SFT step {step:3d}  loss {loss:.4f}", flush=True))
     stage("SFT", t0)
     evaluate_all("after SFT")
     sft_state = {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
