@@ -189,8 +189,10 @@ TRAINED = {"exact": "after SFT+RL (exact)", "grpo": "after SFT+GRPO (sampled)"}
 
 def autocast(args: Args):
     """The context every forward pass runs in: bfloat16 autocast on `args.device` for `--precision bf16`, a no-op
-    for fp32."""
-    return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    for fp32. Its cast cache is off: a cached bfloat16 copy of a weight would outlive the optimizer's steps inside
+    one context (the whole SFT loop runs in one), so every step would run the first step's weights."""
+    return torch.autocast(torch.device(args.device).type, dtype=torch.bfloat16, enabled=args.precision == "bf16",
+                          cache_enabled=False)
 
 
 def parse_args() -> Args:

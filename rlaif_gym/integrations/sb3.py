@@ -36,6 +36,7 @@ from gymnasium.utils import seeding
 from .. import sim
 from ..agents import InformedAgent, PassiveAgent, RandomAgent
 from ..config import RLAIFEnvConfig
+from ..encoding import action as encoding_action
 from ..encoding import mask as _mask
 from ..envs import EpisodeStats, RLAIFCore, evaluate_policy, world_params
 from ..envs.behavior import BatchBehavior
@@ -96,9 +97,10 @@ COMPACT_ACTIONS: dict[str, Any] = {"buy_sizes": [2], "sell_sizes": [4], "perps":
 """`discrete_action_table` arguments of a compact action set: buy 5% of equity per order, sell a
 whole holding, no perps (wait, buy YES/NO and sell YES/NO per market, join a group chat)."""
 
-ACTION_KINDS = ("wait", "buy_prediction", "sell_prediction", "open_perp", "close_perp", "join_group")
-"""Names of the numeric face's action kinds (index 0 of a MultiDiscrete action)."""
-_TRADE_KINDS = (1, 2, 3, 4)
+ACTION_KINDS = tuple(kind.name.lower() for kind in encoding_action.ACTION_KINDS)
+"""Names of the numeric face's action kinds (index 0 of a MultiDiscrete action), in its order."""
+_TRADE_KINDS = tuple(i for i, kind in enumerate(encoding_action.ACTION_KINDS)
+                     if kind not in (sim.ActionType.WAIT, sim.ActionType.JOIN_GROUP))
 
 
 def discrete_action_table(params: sim.WorldParams, *, buy_sizes: Sequence[int] = range(5),
