@@ -54,7 +54,6 @@ def main() -> int:
         opts.points, opts.repeats = 2, 1
     ex = _example()
     import torch
-    from peft import LoraConfig, get_peft_model
 
     from rlaif_gym import RLAIFEnvConfig
     from rlaif_gym.envs.decisions import DECISION_WORLD, decision_points
@@ -66,11 +65,7 @@ def main() -> int:
     points = decision_points(range(0, 4 * opts.points + 8), config=config, resolves_within=defaults.resolves_within,
                              horizon=defaults.resolves_within)[:opts.points]
     model, tokenizer = load_gguf_policy()
-    layers = model.config.num_hidden_layers
-    model = get_peft_model(model, LoraConfig(
-        r=defaults.lora_r, lora_alpha=2 * defaults.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
-        layers_to_transform=list(range(layers - defaults.lora_layers, layers)),
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    model = ex.with_lora(model, defaults)
     choices = ex.side_choices(points, tokenizer, FormatOnlyLLM(fraction=defaults.fraction), seed=0)
 
     def rl_points(args) -> float:

@@ -195,6 +195,16 @@ def autocast(args: Args):
                           cache_enabled=False)
 
 
+def with_lora(model, args: Args):
+    """`model` with a LoRA adapter of rank `lora_r` on every projection of its top `lora_layers` layers (the only
+    weights SFT and RL train)."""
+    layers = model.config.num_hidden_layers
+    return get_peft_model(model, LoraConfig(
+        r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
+        layers_to_transform=list(range(max(0, layers - args.lora_layers), layers)),
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+
+
 def parse_args() -> Args:
     """The command line as `Args` (tyro: each field a `--flag`, its docstring the help, with default and choices)."""
     args = tyro.cli(Args, description=__doc__.split("\n\n")[0])
@@ -517,11 +527,7 @@ def main() -> int:
 
     # -- SFT on the format-only teacher: form and betting, not the side
     t0 = time.perf_counter()
-    layers = model.config.num_hidden_layers
-    peft = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, lora_dropout=0.0, task_type="CAUSAL_LM",
-                      layers_to_transform=list(range(max(0, layers - args.lora_layers), layers)),
-                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    model = get_peft_model(model, peft)
+    model = with_lora(model, args)
     taught = [[format_teacher_reply(teacher, p, args.seed)] if args.sft_sides == "coin" else both_sides(teacher, p)
               for p in train_points]
     records = [{"messages": [*decision_messages(p), {"role": "assistant", "content": reply}]}
