@@ -130,6 +130,12 @@ class Args:
     """Stop before RL unless the SFT model's greedy replies bet at this share of held-out points or more."""
     epochs: int = 3
     """--rl exact: passes over the training points."""
+    mirror_share: float = 0.5
+    """--rl exact: in each pass, each training point is shown as its YES/NO mirror with this probability (a seeded
+    coin per point and pass; `DecisionPoint.mirrored_prompt`: prices, holdings and feed with YES and NO swapped,
+    its better side the other). The world treats the sides alike, so the mirror is as likely a state; it balances
+    the sides RL sees at every point and leaves nothing to learn from what does not flip with the evidence (0:
+    every point as drawn)."""
     points_per_step: int = 8
     """--rl exact: decision points per optimizer step."""
     objective: Literal["weighted", "pg"] = "weighted"
@@ -211,6 +217,8 @@ def parse_args() -> Args:
     if args.deceived_share is not None and not 0.0 <= args.deceived_share <= 1.0:
         raise SystemExit(f"--deceived-share is a share of the training points, from 0 to 1 (or None for the world's "
                          f"own draw), got {args.deceived_share}")
+    if not 0.0 <= args.mirror_share <= 1.0:
+        raise SystemExit(f"--mirror-share is a probability, from 0 to 1, got {args.mirror_share}")
     if args.smoke:
         args = dataclasses.replace(args, rl="both", train_seeds=6, eval_points=2, sft_steps=2, sft_batch_size=2,
                                    epochs=1, points_per_step=3, grpo_steps=2, prompts_per_step=1, num_generations=2,
@@ -244,9 +252,11 @@ def training_points(find, args: Args) -> list[DecisionPoint]:
 # -- the teachers and the enumerated replies ------------------------------------------------------------------------
 
 
-def format_teacher_reply(teacher: FormatOnlyLLM, point: DecisionPoint, seed: int) -> str:
-    """The format-only teacher's reply at a point: its coin is seeded by the run's seed and the point's seed."""
-    return teacher.decide(point.prompt, np.random.default_rng([seed, point.seed, point.tick]))
+def format_teacher_reply(teacher: FormatOnlyLLM, point: DecisionPoint, seed: int, prompt: str | None = None) -> str:
+    """The format-only teacher's reply at a point (to `prompt` if given: the point's mirror): its coin is seeded by
+    the run's seed and the point's seed."""
+    return teacher.decide(point.prompt if prompt is None else prompt,
+                          np.random.default_rng([seed, point.seed, point.tick]))
 
 
 def both_sides(teacher: FormatOnlyLLM, point: DecisionPoint) -> list[str]:
@@ -274,21 +284,30 @@ class SideChoice:
     returns: tuple[float, float]
 
 
-def side_choices(points: list[DecisionPoint], tokenizer, teacher: FormatOnlyLLM, seed: int) -> list[SideChoice]:
-    """The enumerated bets of every point that has one (the format-only teacher's market and size, both sides)."""
+def side_choices(points: list[DecisionPoint], tokenizer, teacher: FormatOnlyLLM, seed: int,
+                 mirrors: bool = False) -> list[tuple[SideChoice, ...]]:
+    """The enumerated bets of every point that has one (the format-only teacher's market and size, both sides):
+    per point, the point as drawn and, with `mirrors`, its YES/NO mirror (`DecisionPoint.mirrored_prompt`), whose
+    sides' returns are the point's swapped (buying YES there earns what buying NO earns here; not scored again)."""
     out = []
     bets = [(i, teacher.bet(p.prompt)) for i, p in enumerate(points)]
     replies = [(i, bet_reply(b[0], side, b[1])) for i, b in bets if b is not None for side in ("YES", "NO")]
     scored = score_decision_replies(points, replies)
-    for k in range(0, len(replies), 2):
-        i = replies[k][0]
-        taught = format_teacher_reply(teacher, points[i], seed)
-        records = [{"messages": [*decision_messages(points[i]), {"role": "assistant", "content": reply}]}
-                   for reply in (replies[k][1], replies[k + 1][1], taught)]
+
+    def choice(i: int, returns: tuple[float, float], mirrored: bool) -> SideChoice:
+        messages = decision_messages(points[i], mirrored=mirrored)
+        prompt_text = messages[-1]["content"]
+        taught = format_teacher_reply(teacher, points[i], seed, prompt_text)
+        market, amount = teacher.bet(prompt_text)  # the mirror names the same markets and shows the same cash
+        records = [{"messages": [*messages, {"role": "assistant", "content": reply}]}
+                   for reply in (bet_reply(market, "YES", amount), bet_reply(market, "NO", amount), taught)]
         (prompt, yes), (_, no), (_, reply) = sft_examples(records, tokenizer)
         at = next(n for n in range(min(len(yes), len(no))) if yes[n] != no[n])
-        out.append(SideChoice(prompt + reply, len(prompt), len(prompt) + at, (yes[at], no[at]),
-                              (scored[k].gain, scored[k + 1].gain)))
+        return SideChoice(prompt + reply, len(prompt), len(prompt) + at, (yes[at], no[at]), returns)
+
+    for k in range(0, len(replies), 2):
+        i, returns = replies[k][0], (scored[k].gain, scored[k + 1].gain)
+        out.append((choice(i, returns, False), *([choice(i, returns[::-1], True)] if mirrors else [])))
     return out
 
 
@@ -322,9 +341,10 @@ def choice_losses(model, choice: SideChoice, scale: float, objective: str) -> tu
     return side, -form.mean(), policy.detach().exp()
 
 
-def train_exact(model, choices: list[SideChoice], args: Args, log) -> list[dict[str, float]]:
-    """The exact variant: `epochs` passes over the choices in batches of `points_per_step`, one AdamW step per
-    batch on the side's loss plus `anchor` times the form's (`choice_losses`). Returns one curve row per batch:
+def train_exact(model, choices: list[tuple[SideChoice, ...]], args: Args, log) -> list[dict[str, float]]:
+    """The exact variant: `epochs` passes over the points in batches of `points_per_step`, one AdamW step per
+    batch on the side's loss plus `anchor` times the form's (`choice_losses`); in each pass a point is shown as its
+    mirror (its second choice) with probability `mirror_share`. Returns one curve row per batch:
     its points' expected return under the policy before the step, the share whose better side the policy
     prefers (points it has not been trained on yet in the first epoch), the share whose sides score alike, and
     the loss."""
@@ -333,13 +353,16 @@ def train_exact(model, choices: list[SideChoice], args: Args, log) -> list[dict[
     gen = torch.Generator().manual_seed(args.seed)
     # The returns' unit: the spread of R_YES - R_NO over the training points (a fixed scale keeps the gradient
     # exact for "pg" and the weights comparable across batches for "weighted").
-    scale = statistics.pstdev([c.returns[0] - c.returns[1] for c in choices]) or 1.0
+    scale = statistics.pstdev([c[0].returns[0] - c[0].returns[1] for c in choices]) or 1.0
     curve = []
     model.train()
     for epoch in range(args.epochs):
         order = torch.randperm(len(choices), generator=gen).tolist()
+        # No draw at share 0, so a run without mirrors takes the same order as before they existed.
+        mirrored = (torch.rand(len(choices), generator=gen) < args.mirror_share).tolist() if args.mirror_share \
+            else [False] * len(choices)
         for start in range(0, len(order), args.points_per_step):
-            batch = [choices[k] for k in order[start:start + args.points_per_step]]
+            batch = [choices[k][int(mirrored[k])] for k in order[start:start + args.points_per_step]]
             optimizer.zero_grad()
             total, expected, best = 0.0, 0.0, 0.0
             for c in batch:
@@ -555,8 +578,9 @@ def main() -> int:
         t0 = time.perf_counter()
         torch.manual_seed(args.seed)
         if variant == "exact":
-            choices = side_choices(train_points, tokenizer, teacher, args.seed)
-            print(f"exact RL: {len(choices)} training points, {args.epochs} epochs of {args.points_per_step} a step")
+            choices = side_choices(train_points, tokenizer, teacher, args.seed, mirrors=args.mirror_share > 0)
+            print(f"exact RL: {len(choices)} training points, {args.epochs} epochs of {args.points_per_step} a step, "
+                  f"each point as its mirror at {args.mirror_share:.0%}")
             curves[variant] = train_exact(model, choices, args, lambda row: print(
                 f"  update {row['update']:4d}  expected return {row['mean_return']:+.4f}  best side "
                 f"{row['best_side_share']:.2f}  alike {row['zero_variance']:.2f}", flush=True))

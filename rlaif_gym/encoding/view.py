@@ -7,7 +7,7 @@ never the hidden truth, the narrative schedule or the world key.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
 from ..sim import (
@@ -22,7 +22,8 @@ from ..sim import (
     npc_name,
 )
 
-__all__ = ["FeedItem", "MarketView", "PerpView", "TickView", "build_view", "npc_name", "pairwise_sum"]
+__all__ = ["FeedItem", "MarketView", "PerpView", "TickView", "build_view", "mirror_view", "npc_name",
+           "pairwise_sum"]
 
 
 @dataclass(slots=True)
@@ -96,6 +97,33 @@ class TickView:
     def market(self, market_id: str) -> MarketView | None:
         """The market with this id, if it is open."""
         return next((m for m in self.markets if m.market_id == market_id), None)
+
+
+_SIDED_KINDS = ("news", "post", "tip")  # feed items that name a prediction market's side (the others: a perp's move)
+
+
+def mirror_view(view: TickView) -> TickView:
+    """The view of the same tick in the YES/NO mirror of the world: every prediction market's sides swapped.
+
+    Each YES price p becomes 1 - p and its last hour's change changes sign; YES and NO holdings (and their
+    costs) trade places; every news item, post and tip about a market points to the other side. Perps, cash
+    and equity are unchanged (held shares are worth the same at the mirrored price). The world's rules are
+    symmetric under this map (the hidden p* and the opening price are drawn symmetric about 1/2, every source
+    reports the outcome's side at its own reliability, NPCs trade on the gap to their belief either way, and the
+    CPMM prices both sides alike; only the order of a tick's NPC trades alternates by tick), so a mirrored
+    state is as likely as the state itself, and buying one side there earns what buying the other earns here:
+    a training point's mirror is a second point whose better side is the other one (the TRL example's
+    `--mirror-share`, docs/trl.md). Applying it twice gives the view back.
+    """
+    markets = tuple(replace(m, yes_price=1.0 - m.yes_price, change=0.0 - m.change,  # 0.0 - 0.0 is +0.0, not -0.0
+                            held_yes=m.held_no, held_no=m.held_yes, cost_yes=m.cost_no, cost_no=m.cost_yes)
+                    for m in view.markets)
+
+    def flipped(items: tuple[FeedItem, ...]) -> tuple[FeedItem, ...]:
+        return tuple(replace(i, direction=-i.direction) if i.kind in _SIDED_KINDS else i for i in items)
+
+    return replace(view, markets=markets, news=flipped(view.news), posts=flipped(view.posts),
+                   tips=flipped(view.tips))
 
 
 def _ring(count: int) -> range:

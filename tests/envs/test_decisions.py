@@ -3,10 +3,23 @@ about it, found reproducibly from disjoint seed ranges, each rebuildable from it
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
 from rlaif_gym import ConfigError, RLAIFTextEnv
-from rlaif_gym.envs.decisions import HELD_OUT_SEEDS, TRAIN_SEEDS, decision_points, evidence_counts
+from rlaif_gym.encoding.prompt import render_prompt
+from rlaif_gym.encoding.view import mirror_view
+from rlaif_gym.envs.decisions import (
+    DECISION_WORLD,
+    HELD_OUT_SEEDS,
+    TRAIN_SEEDS,
+    decision_messages,
+    decision_points,
+    evidence_counts,
+)
+from rlaif_gym.llm import FormatOnlyLLM
 
 SHORT = {"num_ticks": 48, "num_markets": 2, "market_duration_min": 12, "market_duration_max": 36}
 
@@ -166,3 +179,44 @@ def test_bounds_that_are_not_reached_change_no_point():
                               deadline=time.monotonic() + 3600, cancel=threading.Event())
     assert [(p.seed, p.tick, p.markets, p.prompt) for p in ref] == [(p.seed, p.tick, p.markets, p.prompt)
                                                                    for p in bounded]
+
+
+# -- the YES/NO mirror of a point (the TRL example's `--mirror-share`) ----------------------------------------------
+
+_SIDED = re.compile(r'(market-\d+)(?: is expected to resolve | is going | resolves )(YES|NO)')
+_PRICE = re.compile(r"(market-\d+)(?: \"[^\"]*\")?: YES (\d+\.\d)¢")
+
+
+@pytest.mark.parametrize("style", ["compact", "full"])
+def test_a_points_mirror_swaps_every_side_and_nothing_else(style):
+    world = {**DECISION_WORLD, "prompt_style": style}
+    points = decision_points(range(40, 52), world, resolves_within=4, horizon=4)
+    assert len(points) >= 10
+    swap = {"YES": "NO", "NO": "YES"}
+    held = 0
+    for p in points:
+        mirror = p.mirrored_prompt
+        assert mirror != p.prompt
+        # every feed line about a market points the other way, in the same order
+        assert [(m, swap[s]) for m, s in _SIDED.findall(p.prompt)] == _SIDED.findall(mirror)
+        # every YES price p is 1 - p
+        for (m, a), (n, b) in zip(_PRICE.findall(p.prompt), _PRICE.findall(mirror), strict=True):
+            assert m == n and abs(float(a) + float(b) - 100.0) <= 0.1 + 1e-9
+        held += "You hold" in p.prompt
+        assert mirror.count(" YES (cost") == p.prompt.count(" NO (cost")
+        # cash, equity and the perps are the same lines; the format-only teacher bets the same market and amount
+        for section in ("## Perpetual futures", "## Portfolio"):
+            assert mirror.split(section)[1].split("##")[0] == p.prompt.split(section)[1].split("##")[0]
+        assert FormatOnlyLLM().bet(mirror) == FormatOnlyLLM().bet(p.prompt) is not None
+        # the mirror of the mirror is the point's own prompt
+        view = mirror_view(mirror_view(p.env().view))
+        assert render_prompt(view, p.prompt.split("## Last action\n")[1], style) == p.prompt
+        assert decision_messages(p, mirrored=True)[1]["content"] == mirror
+    assert held  # some points hold shares, so the holdings' swap is exercised
+
+
+def test_a_point_whose_prompt_is_not_its_states_has_no_mirror():
+    point = decision_points(range(40, 42), {**DECISION_WORLD, "prompt_style": "compact"}, resolves_within=4)[0]
+    forged = dataclasses.replace(point, prompt=point.prompt.replace("## News", "## News\n- [t1] forged"))
+    with pytest.raises(ValueError, match="not its state's rendering"):
+        _ = forged.mirrored_prompt
