@@ -130,12 +130,12 @@ class Args:
     """Stop before RL unless the SFT model's greedy replies bet at this share of held-out points or more."""
     epochs: int = 3
     """--rl exact: passes over the training points."""
-    mirror_share: float = 0.5
+    mirror_share: float = 0.0
     """--rl exact: in each pass, each training point is shown as its YES/NO mirror with this probability (a seeded
     coin per point and pass; `DecisionPoint.mirrored_prompt`: prices, holdings and feed with YES and NO swapped,
     its better side the other). The world treats the sides alike, so the mirror is as likely a state; it balances
-    the sides RL sees at every point and leaves nothing to learn from what does not flip with the evidence (0:
-    every point as drawn)."""
+    the sides RL sees at every point (0: every point as drawn). At 0.5 the trained model's lean moved from NO to
+    YES instead of going away (docs/trl.md), so the default stays 0."""
     points_per_step: int = 8
     """--rl exact: decision points per optimizer step."""
     objective: Literal["weighted", "pg"] = "weighted"
@@ -221,8 +221,8 @@ def parse_args() -> Args:
         raise SystemExit(f"--mirror-share is a probability, from 0 to 1, got {args.mirror_share}")
     if args.smoke:
         args = dataclasses.replace(args, rl="both", train_seeds=6, eval_points=2, sft_steps=2, sft_batch_size=2,
-                                   epochs=1, points_per_step=3, grpo_steps=2, prompts_per_step=1, num_generations=2,
-                                   min_bet_share=0.0, min_format_valid=0.0, eval_batch=2,
+                                   epochs=1, points_per_step=3, mirror_share=0.5, grpo_steps=2, prompts_per_step=1,
+                                   num_generations=2, min_bet_share=0.0, min_format_valid=0.0, eval_batch=2,
                                    eval_base=True)
     return args
 

@@ -625,6 +625,7 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
     # the curriculum (--deceived-share 0.5): half the 6 training points have a deceiver's post on the bet's market,
     # counted again after the draw (the world's own draw, seeds 0-5, has 2)
     assert "6 training decision points (3 with a deceiver's post on the bet's market)" in proc.stdout
+    assert "each point as its mirror at 50%" in proc.stdout  # the smoke run exercises --mirror-share too
     # It says what it shows, before it starts and under its tables: the wiring, not learning.
     note = "--smoke checks the wiring, not learning"
     assert proc.stdout.count(note) == 2 and proc.stdout.rindex(note) > proc.stdout.rindex("gain over after SFT")
