@@ -66,7 +66,8 @@ def main() -> int:
                              horizon=defaults.resolves_within)[:opts.points]
     model, tokenizer = load_gguf_policy()
     model = ex.with_lora(model, defaults)
-    choices = ex.side_choices(points, tokenizer, FormatOnlyLLM(fraction=defaults.fraction), seed=0)
+    teacher = FormatOnlyLLM(fraction=defaults.fraction)
+    choices = [drawn for drawn, *_ in ex.side_choices(points, tokenizer, teacher, seed=0)]  # the points as drawn
 
     def rl_points(args) -> float:
         model.train()
