@@ -252,11 +252,9 @@ def training_points(find, args: Args) -> list[DecisionPoint]:
 # -- the teachers and the enumerated replies ------------------------------------------------------------------------
 
 
-def format_teacher_reply(teacher: FormatOnlyLLM, point: DecisionPoint, seed: int, prompt: str | None = None) -> str:
-    """The format-only teacher's reply at a point (to `prompt` if given: the point's mirror): its coin is seeded by
-    the run's seed and the point's seed."""
-    return teacher.decide(point.prompt if prompt is None else prompt,
-                          np.random.default_rng([seed, point.seed, point.tick]))
+def format_teacher_reply(teacher: FormatOnlyLLM, point: DecisionPoint, seed: int) -> str:
+    """The format-only teacher's reply at a point: its coin is seeded by the run's seed and the point's seed."""
+    return teacher.decide(point.prompt, np.random.default_rng([seed, point.seed, point.tick]))
 
 
 def both_sides(teacher: FormatOnlyLLM, point: DecisionPoint) -> list[str]:
@@ -288,26 +286,28 @@ def side_choices(points: list[DecisionPoint], tokenizer, teacher: FormatOnlyLLM,
                  mirrors: bool = False) -> list[tuple[SideChoice, ...]]:
     """The enumerated bets of every point that has one (the format-only teacher's market and size, both sides):
     per point, the point as drawn and, with `mirrors`, its YES/NO mirror (`DecisionPoint.mirrored_prompt`), whose
-    sides' returns are the point's swapped (buying YES there earns what buying NO earns here; not scored again)."""
+    sides' returns are the point's swapped (buying YES there earns what buying NO earns here; not scored again). The
+    mirror names the same markets and shows the same cash, so the replies (the two sides and the taught one) are
+    the same texts."""
     out = []
     bets = [(i, teacher.bet(p.prompt)) for i, p in enumerate(points)]
     replies = [(i, bet_reply(b[0], side, b[1])) for i, b in bets if b is not None for side in ("YES", "NO")]
     scored = score_decision_replies(points, replies)
 
-    def choice(i: int, returns: tuple[float, float], mirrored: bool) -> SideChoice:
-        messages = decision_messages(points[i], mirrored=mirrored)
-        prompt_text = messages[-1]["content"]
-        taught = format_teacher_reply(teacher, points[i], seed, prompt_text)
-        market, amount = teacher.bet(prompt_text)  # the mirror names the same markets and shows the same cash
-        records = [{"messages": [*messages, {"role": "assistant", "content": reply}]}
-                   for reply in (bet_reply(market, "YES", amount), bet_reply(market, "NO", amount), taught)]
+    def choice(k: int, mirrored: bool) -> SideChoice:
+        i = replies[k][0]
+        taught = format_teacher_reply(teacher, points[i], seed)
+        records = [{"messages": [*decision_messages(points[i], mirrored=mirrored),
+                                 {"role": "assistant", "content": reply}]}
+                   for reply in (replies[k][1], replies[k + 1][1], taught)]
         (prompt, yes), (_, no), (_, reply) = sft_examples(records, tokenizer)
         at = next(n for n in range(min(len(yes), len(no))) if yes[n] != no[n])
-        return SideChoice(prompt + reply, len(prompt), len(prompt) + at, (yes[at], no[at]), returns)
+        returns = (scored[k].gain, scored[k + 1].gain)
+        return SideChoice(prompt + reply, len(prompt), len(prompt) + at, (yes[at], no[at]),
+                          returns[::-1] if mirrored else returns)
 
     for k in range(0, len(replies), 2):
-        i, returns = replies[k][0], (scored[k].gain, scored[k + 1].gain)
-        out.append((choice(i, returns, False), *([choice(i, returns[::-1], True)] if mirrors else [])))
+        out.append((choice(k, False), *([choice(k, True)] if mirrors else [])))
     return out
 
 

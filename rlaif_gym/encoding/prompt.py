@@ -24,7 +24,8 @@ from ..errors import ConfigError
 from ..sim import WorldParams
 from .view import FeedItem, MarketView, PerpView, TickView
 
-__all__ = ["PROMPT_CHARSET", "PROMPT_STYLES", "cents", "render_prompt", "shown_view", "system_prompt"]
+__all__ = ["LAST_ACTION", "PROMPT_CHARSET", "PROMPT_STYLES", "cents", "render_prompt", "shown_feedback", "shown_view",
+           "system_prompt"]
 
 PROMPT_STYLES: tuple[str, ...] = ("full", "compact")
 """The prompt styles (`RLAIFEnvConfig.prompt_style`)."""
@@ -35,6 +36,8 @@ PROMPT_CHARSET: str = string.ascii_letters + string.digits + string.punctuation 
 
 _MAX_FEED = 6  # items per feed section
 _MAX_TIPS = 3  # tips per joined group chat
+LAST_ACTION = "## Last action"
+"""The heading of a prompt's last section, whose line says what the previous action did (both styles)."""
 FEEDBACK_CHARS = 1_000
 """The most characters of the "Last action" line a prompt shows (it may quote what the reply sent)."""
 
@@ -151,7 +154,13 @@ def _feedback_lines(last_feedback: str | None) -> list[str]:
     feedback = last_feedback or "(none: this is the first hour)"
     if len(feedback) > FEEDBACK_CHARS:  # it may quote the reply: a prompt stays within its space whatever was sent
         feedback = feedback[:FEEDBACK_CHARS - 3] + "..."
-    return ["", "## Last action", feedback]
+    return ["", LAST_ACTION, feedback]
+
+
+def shown_feedback(prompt: str) -> str:
+    """The last action's line as `prompt` (a `render_prompt` text) shows it: passed back as `last_feedback` with
+    the same view, it renders the same prompt (so a prompt can be rendered again from a changed view)."""
+    return prompt.partition(f"\n{LAST_ACTION}\n")[2]
 
 
 def render_prompt(view: TickView, last_feedback: str | None = None, style: str = "full") -> str:

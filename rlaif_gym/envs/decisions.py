@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..config import RLAIFEnvConfig
-from ..encoding.prompt import render_prompt, system_prompt
+from ..encoding.prompt import render_prompt, shown_feedback, system_prompt
 from ..encoding.reply import parse_reply
 from ..encoding.view import mirror_view
 from ..errors import ConfigError, SearchCancelled, SearchLimitError
@@ -63,7 +63,6 @@ DECISION_WORLD: dict[str, Any] = {
 """`RLAIFEnvConfig` overrides of a small world made for decision points: 2 markets that resolve within 2-4
 ticks and news every tick, so most ticks qualify; 48-tick episodes (the form terms' 1/num_ticks scale: a
 malformed reply costs 0.0026); the mark-to-truth training reward. The GRPO example and the tests use it."""
-_LAST_ACTION = "\n\n## Last action\n"  # what precedes the last action's feedback in a prompt of either style
 _SIDE_WORD = re.compile(r"\b(?:YES|NO)\b")  # a side, as a feedback line names it (outcome=YES)
 WAIT_REPLY = '<think>Nothing here is worth more than its price to me now, so I wait.</think>\n{"type": "wait"}'
 """The continuation policy's reply after a single decision: a clean wait, the same for every member."""
@@ -123,12 +122,11 @@ class DecisionPoint:
         prices, holdings and feed items with YES and NO swapped; the last action's sides too), for a training set
         that shows each point as itself or as its mirror. Its better side is the other one: buying YES there
         earns what buying NO earns here. It renders the env's own view, so it holds nothing the prompt lacks."""
-        _, marker, feedback = self.prompt.partition(_LAST_ACTION)
-        view, style = self.env().view, self.config.prompt_style
-        if render_prompt(view, feedback if marker else None, style) != self.prompt:
+        feedback, view, style = shown_feedback(self.prompt), self.env().view, self.config.prompt_style
+        if render_prompt(view, feedback, style) != self.prompt:
             raise ValueError(f"the point of seed {self.seed} at tick {self.tick}: its prompt is not its state's "
                              "rendering (a point rebuilt with another prompt?), so it has no mirror")
-        swapped = _SIDE_WORD.sub(lambda m: "NO" if m.group(0) == "YES" else "YES", feedback) if marker else None
+        swapped = _SIDE_WORD.sub(lambda m: "NO" if m.group(0) == "YES" else "YES", feedback)
         return render_prompt(mirror_view(view), swapped, style)
 
 
