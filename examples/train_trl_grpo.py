@@ -128,14 +128,20 @@ class Args:
     held-out points or more, on every set: RL that breaks the reply's form is a failed run."""
     min_bet_share: float = 0.9
     """Stop before RL unless the SFT model's greedy replies bet at this share of held-out points or more."""
-    epochs: int = 3
-    """--rl exact: passes over the training points."""
+    epochs: float = 3.0
+    """--rl exact: passes over the training points (a fraction ends the last pass part way through its shuffled
+    order: 1.5 runs one whole pass and half of a second)."""
     mirror_share: float = 0.0
     """--rl exact: in each pass, each training point is shown as its YES/NO mirror with this probability (a seeded
     coin per point and pass; `DecisionPoint.mirrored_prompt`: prices, holdings and feed with YES and NO swapped,
     its better side the other). The world treats the sides alike, so the mirror is as likely a state; it balances
     the sides RL sees at every point (0: every point as drawn). At 0.5 the trained model's lean moved from NO to
     YES instead of going away (docs/trl.md), so the default stays 0."""
+    mirror_pairs: bool = False
+    """--rl exact: every batch holds each of its points together with its YES/NO mirror (`--points-per-step` / 2
+    points, each twice), in place of --mirror-share's coin. The pair's two side losses pull a lean one way and the
+    other, so for a model that reads both orientations alike the step's side gradient vanishes only at zero lean; a
+    pass costs twice as many forward passes (--epochs 1.5 of pairs costs what 3 passes of single points do)."""
     points_per_step: int = 8
     """--rl exact: decision points per optimizer step."""
     objective: Literal["weighted", "pg"] = "weighted"
@@ -219,9 +225,17 @@ def parse_args() -> Args:
                          f"own draw), got {args.deceived_share}")
     if not 0.0 <= args.mirror_share <= 1.0:
         raise SystemExit(f"--mirror-share is a probability, from 0 to 1, got {args.mirror_share}")
+    if args.mirror_pairs and (args.mirror_share or args.points_per_step % 2):
+        raise SystemExit(f"--mirror-pairs puts each point beside its mirror in one batch: it needs an even "
+                         f"--points-per-step (got {args.points_per_step}) and no --mirror-share coin (got "
+                         f"{args.mirror_share})")
+    if not args.epochs > 0:
+        raise SystemExit(f"--epochs counts passes over the training points, above 0 (1.5: a pass and a half), got "
+                         f"{args.epochs}")
     if args.smoke:
         args = dataclasses.replace(args, rl="both", train_seeds=6, eval_points=2, sft_steps=2, sft_batch_size=2,
-                                   epochs=1, points_per_step=3, mirror_share=0.5, grpo_steps=2, prompts_per_step=1,
+                                   epochs=1, points_per_step=2 if args.mirror_pairs else 3,
+                                   mirror_share=0.0 if args.mirror_pairs else 0.5, grpo_steps=2, prompts_per_step=1,
                                    num_generations=2, min_bet_share=0.0, min_format_valid=0.0, eval_batch=2,
                                    eval_base=True)
     return args
@@ -341,13 +355,31 @@ def choice_losses(model, choice: SideChoice, scale: float, objective: str) -> tu
     return side, -form.mean(), policy.detach().exp()
 
 
+def exact_batches(n_points: int, args: Args, gen: torch.Generator) -> list[tuple[int, list[tuple[int, int]]]]:
+    """The exact variant's batches in training order, each as (its pass, 1-based; its (point, choice) pairs), choice
+    0 the point as drawn and 1 its mirror. Every pass shuffles the points; a point shows its mirror on a coin of
+    `mirror_share` (drawn only when it is above 0, so a run without mirrors takes the order it took before they
+    existed), or, with `mirror_pairs`, both: `points_per_step / 2` points a batch, each beside its mirror. A
+    fractional `epochs` cuts the last pass's order."""
+    batches = []
+    per_step = args.points_per_step // 2 if args.mirror_pairs else args.points_per_step
+    for epoch in range(math.ceil(args.epochs)):
+        order = torch.randperm(n_points, generator=gen).tolist()
+        order = order[:round(min(1.0, args.epochs - epoch) * n_points)]
+        mirrored = (torch.rand(n_points, generator=gen) < args.mirror_share).tolist() if args.mirror_share \
+            else [False] * n_points
+        for start in range(0, len(order), per_step):
+            ks = order[start:start + per_step]
+            batches.append((epoch + 1, [(k, m) for k in ks for m in (0, 1)] if args.mirror_pairs
+                            else [(k, int(mirrored[k])) for k in ks]))
+    return batches
+
+
 def train_exact(model, choices: list[tuple[SideChoice, ...]], args: Args, log) -> list[dict[str, float]]:
-    """The exact variant: `epochs` passes over the points in batches of `points_per_step`, one AdamW step per
-    batch on the side's loss plus `anchor` times the form's (`choice_losses`); in each pass a point is shown as its
-    mirror (its second choice) with probability `mirror_share`. Returns one curve row per batch:
-    its points' expected return under the policy before the step, the share whose better side the policy
-    prefers (points it has not been trained on yet in the first epoch), the share whose sides score alike, and
-    the loss."""
+    """The exact variant: one AdamW step per batch of `exact_batches` on the side's loss plus `anchor` times the
+    form's (`choice_losses`). Returns one curve row per batch: its choices' expected return under the policy
+    before the step, the share whose better side the policy prefers (points it has not been trained on yet in the
+    first epoch), the share whose sides score alike, and the loss."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=args.learning_rate, weight_decay=0.0)
     gen = torch.Generator().manual_seed(args.seed)
@@ -356,29 +388,24 @@ def train_exact(model, choices: list[tuple[SideChoice, ...]], args: Args, log) -
     scale = statistics.pstdev([c[0].returns[0] - c[0].returns[1] for c in choices]) or 1.0
     curve = []
     model.train()
-    for epoch in range(args.epochs):
-        order = torch.randperm(len(choices), generator=gen).tolist()
-        # No draw at share 0, so a run without mirrors takes the same order as before they existed.
-        mirrored = (torch.rand(len(choices), generator=gen) < args.mirror_share).tolist() if args.mirror_share \
-            else [False] * len(choices)
-        for start in range(0, len(order), args.points_per_step):
-            batch = [choices[k][int(mirrored[k])] for k in order[start:start + args.points_per_step]]
-            optimizer.zero_grad()
-            total, expected, best = 0.0, 0.0, 0.0
-            for c in batch:
-                with autocast(args):
-                    side, form, policy = choice_losses(model, c, scale, args.objective)
-                loss = (side + args.anchor * form) / len(batch)
-                loss.backward()
-                total += float(loss.detach())
-                expected += float(policy[0] * c.returns[0] + policy[1] * c.returns[1]) / len(batch)
-                best += float((policy[0] >= policy[1]) == (c.returns[0] >= c.returns[1])) / len(batch)
-            optimizer.step()
-            row = {"update": len(curve) + 1, "epoch": epoch + 1, "mean_return": expected,
-                   "zero_variance": statistics.fmean(c.returns[0] == c.returns[1] for c in batch),
-                   "best_side_share": best, "loss": total}
-            curve.append(row)
-            log(row)
+    for epoch, picks in exact_batches(len(choices), args, gen):
+        batch = [choices[k][m] for k, m in picks]
+        optimizer.zero_grad()
+        total, expected, best = 0.0, 0.0, 0.0
+        for c in batch:
+            with autocast(args):
+                side, form, policy = choice_losses(model, c, scale, args.objective)
+            loss = (side + args.anchor * form) / len(batch)
+            loss.backward()
+            total += float(loss.detach())
+            expected += float(policy[0] * c.returns[0] + policy[1] * c.returns[1]) / len(batch)
+            best += float((policy[0] >= policy[1]) == (c.returns[0] >= c.returns[1])) / len(batch)
+        optimizer.step()
+        row = {"update": len(curve) + 1, "epoch": epoch, "mean_return": expected,
+               "zero_variance": statistics.fmean(c.returns[0] == c.returns[1] for c in batch),
+               "best_side_share": best, "loss": total}
+        curve.append(row)
+        log(row)
     model.eval()
     return curve
 
@@ -578,9 +605,12 @@ def main() -> int:
         t0 = time.perf_counter()
         torch.manual_seed(args.seed)
         if variant == "exact":
-            choices = side_choices(train_points, tokenizer, teacher, args.seed, mirrors=args.mirror_share > 0)
-            print(f"exact RL: {len(choices)} training points, {args.epochs} epochs of {args.points_per_step} a step, "
-                  f"each point as its mirror at {args.mirror_share:.0%}")
+            choices = side_choices(train_points, tokenizer, teacher, args.seed,
+                                   mirrors=args.mirror_share > 0 or args.mirror_pairs)
+            shown = "each beside its mirror" if args.mirror_pairs else \
+                f"each point as its mirror at {args.mirror_share:.0%}"
+            print(f"exact RL: {len(choices)} training points, {args.epochs:g} epochs of {args.points_per_step} a "
+                  f"step, {shown}")
             curves[variant] = train_exact(model, choices, args, lambda row: print(
                 f"  update {row['update']:4d}  expected return {row['mean_return']:+.4f}  best side "
                 f"{row['best_side_share']:.2f}  alike {row['zero_variance']:.2f}", flush=True))

@@ -446,12 +446,8 @@ def test_sft_groups_are_drawn_whole(tokenizer):
         sft_train(model, pairs[:3], steps=1, batch_size=2, group=2)
 
 
-def test_the_examples_bf16_autocast_lets_sft_learn(tokenizer, monkeypatch):
-    """examples/train_trl_grpo.py --precision bf16 (its default) runs the whole SFT loop inside one autocast context.
-    With torch's cast cache on, the bfloat16 copies of the weights made at the first step would serve every later
-    step, so SFT would stay at its first weights (the loss flat: what a full run showed before the fix). With the
-    cache off, as the example's `autocast` sets it, the same batch's loss falls step by step as in float32 (by 0.98 in
-    five steps here, against 0.14 with the cache on)."""
+def _the_example(monkeypatch):
+    """examples/train_trl_grpo.py as a module."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -461,6 +457,45 @@ def test_the_examples_bf16_autocast_lets_sft_learn(tokenizer, monkeypatch):
     example = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, example)  # its dataclasses look their module up there
     spec.loader.exec_module(example)
+    return example
+
+
+def test_the_examples_exact_batches_pair_each_point_with_its_mirror(monkeypatch):
+    """examples/train_trl_grpo.py --mirror-pairs: every batch holds each of its points as drawn and as its mirror
+    (choices 0 and 1), half as many points a batch, so a step's side losses pull a lean both ways; --epochs 1.5
+    runs a whole pass and half of a second. Without it the order is the one the exact variant took before mirrors
+    existed (a permutation per pass, no coin drawn), and --mirror-share's coin shows some points as mirrors."""
+    import torch
+
+    example = _the_example(monkeypatch)
+
+    def batches(**kw):
+        return example.exact_batches(10, example.Args(**kw), torch.Generator().manual_seed(0))
+
+    paired = batches(mirror_pairs=True, points_per_step=4, epochs=1.5)
+    assert [e for e, _ in paired] == [1] * 5 + [2] * 3  # 2 points a batch: 10 points, then the first 5 of a pass
+    for _, picks in paired:
+        assert picks[0::2] == [(k, 0) for k, _ in picks[0::2]] and picks[1::2] == [(k, 1) for k, _ in picks[0::2]]
+    points = [k for _, picks in paired for k, m in picks if m == 0]
+    assert sorted(points[:10]) == list(range(10)) and len(set(points[10:])) == 5
+    assert max(len(picks) for _, picks in paired) == 4
+
+    gen = torch.Generator().manual_seed(0)
+    plain = batches(points_per_step=4, epochs=2.0)
+    before = [torch.randperm(10, generator=gen).tolist() for _ in range(2)]
+    assert [k for _, picks in plain for k, _ in picks] == before[0] + before[1]
+    assert {m for _, picks in plain for _, m in picks} == {0}
+    coin = {m for _, picks in batches(mirror_share=0.5, epochs=3.0) for _, m in picks}
+    assert coin == {0, 1}
+
+
+def test_the_examples_bf16_autocast_lets_sft_learn(tokenizer, monkeypatch):
+    """examples/train_trl_grpo.py --precision bf16 (its default) runs the whole SFT loop inside one autocast context.
+    With torch's cast cache on, the bfloat16 copies of the weights made at the first step would serve every later
+    step, so SFT would stay at its first weights (the loss flat: what a full run showed before the fix). With the
+    cache off, as the example's `autocast` sets it, the same batch's loss falls step by step as in float32 (by 0.98 in
+    five steps here, against 0.14 with the cache on)."""
+    example = _the_example(monkeypatch)
     records = scripted_sft_records([4], CONFIG)[:4]
     short = sft_examples(records, tokenizer, short_think=True, max_reply_tokens=24)
     runs = {}
