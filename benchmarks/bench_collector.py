@@ -65,6 +65,7 @@ from machine import cpu_model, load_average
 
 import rlaif_gym
 from rlaif_gym.agents.llm import LLMAgent, OpenAIChatAgent, ScriptedLLMAgent
+from rlaif_gym.encoding.reply import canonical_reply
 from rlaif_gym.llm import Completion, SamplingParams, ScriptedLLM
 from rlaif_gym.rollout import CollectionSummary, RolloutCollector
 
@@ -133,7 +134,7 @@ class LatencyServer:
         messages = body.get("messages") or []
         user = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "user"), "")
         think, action = self._model.decide(user)
-        text = ScriptedLLM.layout(think, action)
+        text = canonical_reply(action, think)
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         completion_tokens = len(text.split())
         return {
@@ -285,7 +286,7 @@ def stand_in_replies(n: int = 64) -> list[str]:
     model, replies = ScriptedLLM(), []
     for _ in range(n):
         think, action = model.decide(prompt)
-        replies.append(ScriptedLLM.layout(think, action))
+        replies.append(canonical_reply(action, think))
         prompt, _, terminated, truncated, _ = env.step(replies[-1])
         if terminated or truncated:
             break

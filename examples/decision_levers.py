@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import tyro
 
 from rlaif_gym import RLAIFEnvConfig
+from rlaif_gym.encoding.reply import canonical_reply
 from rlaif_gym.envs.decisions import DECISION_WORLD, HELD_OUT_SEEDS, WAIT_REPLY, DecisionPoint, decision_points
 from rlaif_gym.llm import ScriptedLLM
 
@@ -74,7 +75,7 @@ def main() -> None:
             think, action = teacher.decide(point.prompt)
             bets += action.get("type") == "buy_prediction"
             for name, act in variants(point, action).items():
-                gains.setdefault(name, []).append(gain(point, ScriptedLLM.layout(think, act), wait))
+                gains.setdefault(name, []).append(gain(point, canonical_reply(act, think), wait))
         base = gains["teacher"]
         print(f"\nHeld-out seeds from {seeds.start:,}: {len(points)} decision points, the teacher bets at {bets}\n")
         print("| reply | gain over waiting | minus the teacher's, paired |\n|---|---:|---:|")

@@ -37,6 +37,7 @@ import numpy as np
 import tyro
 
 from rlaif_gym import RLAIFEnvConfig, RLAIFTextEnv
+from rlaif_gym.encoding.reply import canonical_reply
 from rlaif_gym.envs.decisions import DECISION_WORLD, TRAIN_SEEDS, WAIT_REPLY, DecisionPoint, decision_points
 from rlaif_gym.llm import ScriptedLLM
 from rlaif_gym.sim import GROUP_NAMES, NEWS_SOURCES, NPC_ROSTER, POST_HONESTY, NpcBehaviour, npc_name
@@ -120,7 +121,7 @@ def bet(market: str, side: str, amount: float, stake: float) -> str:
     think = (f"The feed on {market} makes {side} worth more than its price to me, so I put {100 * stake:g}% of my "
              f"cash on {side}.")
     action = {"type": "buy_prediction", "market": market, "outcome": side, "amount": round(amount, 2)}
-    return ScriptedLLM.layout(think, action)
+    return canonical_reply(action, think)
 
 
 def side_of(sign: float) -> str:
@@ -206,7 +207,7 @@ def study(first: int, index: int, config: RLAIFEnvConfig, market_config: RLAIFEn
         evidence_right += score != 0 and side_of(score) == outcome
         evidence_truth_side += score != 0 and side_of(score) == truth_side
         replies = {
-            "teacher": ScriptedLLM.layout(think, action),
+            "teacher": canonical_reply(action, think),
             "evidence rule": bet(market, side_of(score), amount, args.stake) if score else WAIT_REPLY,
             "random side": bet(market, "YES" if rng.random() < 0.5 else "NO", amount, args.stake),
             "p*'s side": bet(market, truth_side, amount, args.stake),

@@ -26,7 +26,7 @@ Conventions (all documented again where they are computed):
 * **Undefined values are NaN**, not 0: a Sharpe ratio with no variance, a win rate with no
   trades. `to_jsonable` turns NaN into None and infinities into the strings "inf" / "-inf".
 
-Layer L3: imports numpy, the standard library and `rlaif_gym.trajectory` only.
+Imports numpy, the standard library and `rlaif_gym.trajectory` only.
 """
 
 from __future__ import annotations

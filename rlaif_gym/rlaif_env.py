@@ -26,7 +26,7 @@ Behaviour that differs from the original (docs/babylon.md ("The original's Atrop
 * `BabylonRLAIFEnv` and `BabylonEnvConfig` are plain aliases of `RLAIFEnv` and `RLAIFEnvConfig`,
   as in the original.
 
-Layer L6 (a compatibility face, like the CLI): it imports `rlaif_gym.envs` and `rlaif_gym.config`.
+A compatibility face, like the CLI: it imports `rlaif_gym.envs` and `rlaif_gym.config`.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ Behaviour that differs from the original (docs/babylon.md ("The original system"
   the env's `num_ticks`; a synchronous `run_tick` is accepted too; `get_full_context` serialises values
   JSON cannot (the original raised).
 
-Layer L6 (a compatibility face, like the CLI).
+A compatibility face, like the CLI.
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ import gymnasium as gym
 
 from .agents.llm import LLMAgent
 from .config import RLAIFEnvConfig
+from .encoding.reply import canonical_reply
 from .encoding.view import TickView
 from .envs import RLAIFEnv, RLAIFTextEnv
 from .errors import ConfigError, InvalidActionError
@@ -361,10 +362,9 @@ def _reply(tick: AgentTickData) -> tuple[str, LLMCall | None]:
         call = ([c for c in answered if c.purpose == "action"] or answered)[-1]
         return call.response, call
     if tick.action is not None:
-        body = json.dumps({**tick.action.parameters, "type": tick.action.action_type}, default=str)
-        reasoning = tick.action.reasoning or tick.reasoning_chain
-        return (f"<think>{reasoning}</think>\n{body}" if reasoning else body), None
-    return json.dumps({"type": "wait"}), None
+        reasoning = tick.action.reasoning or tick.reasoning_chain or None
+        return canonical_reply({**tick.action.parameters, "type": tick.action.action_type}, reasoning), None
+    return canonical_reply({"type": "wait"}), None
 
 
 def _reasoning_chain(tick: AgentTickData, reply_reasoning: str) -> str:

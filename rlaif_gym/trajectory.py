@@ -12,7 +12,7 @@ Field names are snake_case in Python and accept either spelling on input; `to_js
 camelCase aliases. Readers reject an unknown `schema_version` with `SchemaVersionError`. Records
 carry no secrets: an API key never enters any field (the LLM layer strips it).
 
-This module is layer L1: it imports pydantic and the standard library only.
+It imports pydantic and the standard library only.
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ Where code written for the original imports these today, it still can, and gets 
 `rlaif_gym.judge` and `rlaif_gym.judge.legacy` forward the quality names, `rlaif_gym.rewards` and
 `rlaif_gym.rewards.original` the reward helpers (tests/babylon/test_compat_imports.py holds the
 list). The original's API faces, `rlaif_gym.rlaif_env` and `rlaif_gym.rollout_generator`, sit at the
-top of the package (L6) because they drive the envs; the original's archetype machinery stays in
+top of the package because they drive the envs; the original's archetype machinery stays in
 `rewards.archetypes`, which the behaviour component and the LLM judge use.
 
-Layer L2: the standard library and numpy only, below `rewards` and `judge`, which forward its names
+The standard library and numpy only, below `rewards` and `judge`, which forward its names
 (docs/layout.md ("Import layers")).
 """
 

@@ -28,7 +28,7 @@ The port is one module per original file, and this module gathers their names: `
 keyword lists and the word-boundary matching they share), `tick_quality` (`quality_utils.py`),
 `format_validator` (`format_validator.py`) and `quality_scorer` (`quality_scorer.py`).
 
-Standard library only (layer L2, below `judge`, which forwards these names).
+Standard library only (below `judge`, which forwards these names).
 """
 
 from __future__ import annotations

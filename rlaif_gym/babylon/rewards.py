@@ -23,7 +23,7 @@ Fixes relative to the original (docs/babylon.md ("The original's defects", 7 and
   `rewards.bradley_terry`'s (this package sits below `rewards` and does not import it).
 - ``RewardNormalizer`` starts its Welford M2 accumulator at 0, so its std is the sample std.
 
-Standard library and numpy only (layer L2, below `rewards`, which forwards these names).
+Standard library and numpy only (below `rewards`, which forwards these names).
 
 Example:
     >>> inputs = TrajectoryRewardInputs(final_pnl=100.0, end_balance=10_100.0,

@@ -45,6 +45,7 @@ from ..sim import ACTION_TYPES, normalize_action
 # private to the sim; reading them here (instead of copying them) is what keeps the grammar in step.
 from ..sim.actions import _NUMERIC, _OPTIONAL, _REQUIRED
 from ..trajectory import storable_value
+from .reply import canonical_reply
 from .view import npc_name
 
 __all__ = [
@@ -509,4 +510,4 @@ def canonical_reply_from_json(text: str) -> str:
     if not (isinstance(obj, dict) and isinstance(obj.get("reasoning"), str) and isinstance(obj.get("action"), dict)):
         return text
     reasoning = _TAG.sub(r"‹\1", obj["reasoning"])  # a think tag inside the reasoning must not open a block
-    return f"<think>{reasoning}</think>\n{json.dumps(obj['action'])}"
+    return canonical_reply(obj["action"], reasoning)

@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import InvalidActionError
 from ..sim import Action, normalize_action
 from ..trajectory import storable_value
 
-__all__ = ["MAX_REPLY_CHARS", "ParsedReply", "parse_reply"]
+__all__ = ["MAX_REPLY_CHARS", "ParsedReply", "canonical_reply", "parse_reply"]
 
 MAX_REPLY_CHARS = 65_536
 """Replies longer than this are cut before parsing (and the cut is reported as a format error)."""
@@ -63,6 +64,16 @@ class ParsedReply:
     def ok(self) -> bool:
         """A valid action was found and no format error was reported."""
         return self.action is not None and not self.errors
+
+
+def canonical_reply(action: dict[str, Any], think: str | None = None) -> str:
+    """The reply in the canonical layout, the first one `parse_reply` reads: `<think>think</think>`, a line break,
+    then the action as one JSON object; with `think` None, the JSON alone (what the compact prompt style asks for).
+    A value JSON cannot hold (a runner's Decimal, a datetime) is written as its `str`. Every writer of replies (the
+    scripted and format-only models, the baselines, the JSON-only reply's rewrite, the original's runner) lays
+    its replies out here."""
+    body = json.dumps(action, default=str)
+    return body if think is None else f"<think>{think}</think>\n{body}"
 
 
 def _json_spans(text: str) -> list[tuple[int, int, dict]]:

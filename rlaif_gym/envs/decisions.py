@@ -23,7 +23,7 @@ all: a caller that serves other people's requests bounds it with `max_ticks_sear
 to the point's `resolution_horizon`, minus a clean wait's return on the same state (`DecisionReply`). The TRL
 example, `evaluate_decisions` and `rlaif-gym eval` (`rlaif_gym.evals`) all score through it.
 
-This module is layer L4 (envs); it plays the text env and the scripted model, nothing else.
+It plays the text env and the scripted model, nothing else.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np
 
 from ..config import RLAIFEnvConfig
 from ..encoding.prompt import render_prompt, shown_feedback, system_prompt
-from ..encoding.reply import parse_reply
+from ..encoding.reply import canonical_reply, parse_reply
 from ..encoding.view import mirror_view
 from ..errors import ConfigError, SearchCancelled, SearchLimitError
 from ..llm.scripted import ScriptedLLM
@@ -64,7 +64,7 @@ DECISION_WORLD: dict[str, Any] = {
 ticks and news every tick, so most ticks qualify; 48-tick episodes (the form terms' 1/num_ticks scale: a
 malformed reply costs 0.0026); the mark-to-truth training reward. The GRPO example and the tests use it."""
 _SIDE_WORD = re.compile(r"\b(?:YES|NO)\b")  # a side, as a feedback line names it (outcome=YES)
-WAIT_REPLY = '<think>Nothing here is worth more than its price to me now, so I wait.</think>\n{"type": "wait"}'
+WAIT_REPLY = canonical_reply({"type": "wait"}, "Nothing here is worth more than its price to me now, so I wait.")
 """The continuation policy's reply after a single decision: a clean wait, the same for every member."""
 
 

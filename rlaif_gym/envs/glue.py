@@ -6,8 +6,6 @@ did into the same `info` dicts. They call these functions rather than keep copie
 same row, the same `feedback` and the same `info` keys in every face (docs/layout.md ("Design rules")).
 The compiled fast path of the single env (`RLAIFEnv._fused_step`) builds its info from the kernel's
 scalars but calls `feedback_of` for its feedback.
-
-This module is layer L4 (envs).
 """
 
 from __future__ import annotations

@@ -6,8 +6,6 @@ checks, so that one value is accepted or refused the same way everywhere. Nothin
 ``1.5``, ``True`` or ``"7"`` is refused, never truncated or parsed. Every refusal is a typed error whose
 message names where the value came from (``where``: ``"seed"``, ``"dataset row column 'seed'"``), what
 was expected, what arrived and how to fix it.
-
-This module is layer L4 (envs).
 """
 
 from __future__ import annotations

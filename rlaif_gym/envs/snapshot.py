@@ -26,8 +26,6 @@ numbers equal to them), the feedback and the prompt (text any UTF-8 reader can h
 and the numeric observation (within the observation space). A snapshot that decodes restores into an
 env that steps to the end of its episode with finite rewards. Any failure raises `SnapshotFormatError`
 saying what was expected and what arrived.
-
-This module is layer L4 (envs).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 * `scorecard`: the intervals, the paired differences, the Markdown table and `compare_runs`.
 * `judging`: judge validation, a skill ladder on the same points scored by a judge against the PnL it made.
 
-docs/eval.md is the user's page; layer L6 (beside the report).
+docs/eval.md is the user's page.
 """
 
 from __future__ import annotations

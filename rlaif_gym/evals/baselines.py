@@ -15,7 +15,7 @@ deceiver's post counts against its side): what a reader that had learned every s
 reads the prompt's items and the world's fixed constants, never the hidden outcome: the ceiling of a side learner
 at the informed rule's market and size (docs/trl.md).
 
-Layer L6 (evals): reads the text env's view and hidden state through `rlaif_gym.envs.decisions`.
+Reads the text env's view and hidden state through `rlaif_gym.envs.decisions`.
 """
 
 from __future__ import annotations
@@ -46,10 +46,8 @@ def _bet_side(prompt: str, side: str | None, fraction: float, style: str) -> str
     bet = FormatOnlyLLM(fraction=fraction).bet(prompt)
     if bet is None or side is None:
         return WAIT_REPLY
-    action = bet_reply(bet[0], side, bet[1])
-    if style == "compact":
-        return action
-    return f"<think>{bet[0]} resolves soon, so I stake {fraction:.0%} of my cash on {side}.</think>\n{action}"
+    think = f"{bet[0]} resolves soon, so I stake {fraction:.0%} of my cash on {side}."
+    return bet_reply(bet[0], side, bet[1], None if style == "compact" else think)
 
 
 def _feed_side(prompt: str, env: RLAIFTextEnv, weights: dict[tuple[str, str], float] | None = None) -> str | None:

@@ -21,7 +21,7 @@ The baselines, each reading only what a policy of its kind may read:
 The model's episodes are stored as trajectories (`episodes/`, a `JsonlStore`): an interrupted eval resumes where
 it stopped (`resume=True`), and the run is there to judge, report or export like any rollout.
 
-Layer L6 (evals): drives an `LLMAgent` with the rollout collector; plays the baselines on the text env.
+Drives an `LLMAgent` with the rollout collector; plays the baselines on the text env.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ compared with the realised PnL:
 Judges: `rule` (the rule judge the env trains with, `RuleJudge`: a trajectory's mean reasoning score) and an
 `LLMJudge` in any mode, through its tape, so a re-run asks nothing the tape already holds. docs/judge.md reports both.
 
-Layer L6 (evals): plays the ladder with the rollout collector, scores it with the judges (llm_judge, judge).
+Plays the ladder with the rollout collector, scores it with the judges (llm_judge, judge).
 """
 
 from __future__ import annotations

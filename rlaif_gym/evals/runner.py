@@ -12,7 +12,7 @@ The run folder (`out`):
 * `points.jsonl`: per policy and point, each metric's mean over the point's replies (what `compare` pairs).
 * `scorecard.json` (no timings: the same replies give the same bytes), `scorecard.md`, `timing.json`.
 
-Layer L6 (evals): drives an `LLMAgent` (agents) on decision points (envs).
+Drives an `LLMAgent` (agents) on decision points (envs).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ format-valid and whose action executed.
 `scorecard.json` is written with sorted keys and no timings, so the same replies give the same bytes; the
 timings go to `timing.json` and the Markdown table.
 
-Layer L6 (evals): the standard library and `rlaif_gym.envs.decisions` only.
+The standard library and `rlaif_gym.envs.decisions` only.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ world (`DECISION_WORLD`) and the compact prompt style, each point naming a marke
 `episodes-v1/decision-world-a` and `-b` are whole episodes of the same world from the same seeds (50 each), and
 `episodes-v1/default-a` whole episodes of the default world (10 from 1,000,000): the model plays every tick.
 
-Layer L6 (evals): plays the text env through `rlaif_gym.envs.decisions`.
+Plays the text env through `rlaif_gym.envs.decisions`.
 """
 
 from __future__ import annotations

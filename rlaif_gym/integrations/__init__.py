@@ -1,4 +1,4 @@
-"""Adapters to the libraries RLAIF envs plug into (layer L6). Each submodule imports its library
+"""Adapters to the libraries RLAIF envs plug into. Each submodule imports its library
 itself and raises `DependencyNotInstalled` naming the extra when it is missing:
 
 * `rlaif_gym.integrations.sb3`: Stable-Baselines3 VecEnv, metrics callback, evaluation (`[sb3]`).

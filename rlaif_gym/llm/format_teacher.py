@@ -13,12 +13,12 @@ is nothing to bet on (no open market, or less than $1 to bet).
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 import numpy as np
 
+from ..encoding.reply import canonical_reply
 from .scripted import offline_completion
 from .types import Completion, SamplingParams
 
@@ -29,10 +29,11 @@ _CASH = re.compile(r"Cash (-?\$[\d,.]+)")
 _MARKET_ID = re.compile(r"\bmarket-\d+\b")
 
 
-def bet_reply(market: str, outcome: str, amount: float) -> str:
-    """The canonical JSON-only bet: `{"type": "buy_prediction", "market": ..., "outcome": ..., "amount": ...}`
-    (amount in USD, rounded to cents)."""
-    return json.dumps({"type": "buy_prediction", "market": market, "outcome": outcome, "amount": round(amount, 2)})
+def bet_reply(market: str, outcome: str, amount: float, think: str | None = None) -> str:
+    """The canonical bet: `{"type": "buy_prediction", "market": ..., "outcome": ..., "amount": ...}` (amount in
+    USD, rounded to cents), JSON only, or after a `<think>think</think>` block."""
+    return canonical_reply({"type": "buy_prediction", "market": market, "outcome": outcome,
+                            "amount": round(amount, 2)}, think)
 
 
 class FormatOnlyLLM:
@@ -72,7 +73,7 @@ class FormatOnlyLLM:
         """The reply to `prompt`: a bet with the side drawn from `rng`, or a JSON wait with nothing to bet on."""
         bet = self.bet(prompt)
         if bet is None:
-            return json.dumps({"type": "wait"})
+            return canonical_reply({"type": "wait"})
         return bet_reply(bet[0], "YES" if rng.random() < 0.5 else "NO", bet[1])
 
     async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:

@@ -15,7 +15,6 @@ simulated latency (`latency_s`, `jitter_s`) lets benchmarks model a slow server 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..encoding.reply import canonical_reply
 from .types import Completion, SamplingParams
 
 __all__ = ["Evidence", "ScriptedLLM"]
@@ -103,12 +103,8 @@ class ScriptedLLM:
     def reply(self, prompt: str, rng: np.random.Generator | None = None) -> str:
         """The reply text to one prompt, in the canonical layout: `<think>reasoning</think>` then the JSON action
         (what `complete` answers; `rng` adds exploration, None is fully greedy)."""
-        return self.layout(*self.decide(prompt, rng))
-
-    @staticmethod
-    def layout(think: str, action: dict[str, Any]) -> str:
-        """The canonical reply: `<think>think</think>`, a line break, then the JSON action."""
-        return f"<think>{think}</think>\n{json.dumps(action)}"
+        think, action = self.decide(prompt, rng)
+        return canonical_reply(action, think)
 
     def decide(self, prompt: str, rng: np.random.Generator | None = None) -> tuple[str, dict[str, Any]]:
         """(reasoning, action) for one prompt. `rng` adds exploration; None is fully greedy."""

@@ -1,6 +1,6 @@
 """AI feedback at trajectory level: an LLM judge with rubrics, group-relative scores and replayable judge tapes.
 
-Layer L4: it reads rubrics and weights from `rlaif_gym.rewards`, calls the model through
+It reads rubrics and weights from `rlaif_gym.rewards`, calls the model through
 `rlaif_gym.llm` (the same recording OpenAI-compatible client as the policy), and reads stored runs
 through `rlaif_gym.storage`. It never steps an environment.
 

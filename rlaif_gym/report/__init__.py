@@ -9,7 +9,7 @@
 truth and plays the baseline agents on the same seeds); `write_report` needs the `[plots]` extra
 (matplotlib and jinja2) and raises `DependencyNotInstalled` naming it otherwise.
 
-Layer L6: it builds on the envs (L4) and the metrics (L3); the CLI (L7) builds on it.
+It builds on the envs and the metrics; the CLI builds on it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The plot is a forest plot: per metric, each policy's mean with its 95 % interval
 difference from each baseline (bottom row; an interval clear of the zero line is a difference the set resolves).
 Like the rest of the report, it needs the `[plots]` extra (matplotlib and jinja2).
 
-Layer L6 (report): reads the files `rlaif_gym.evals` writes; never re-plays the world.
+Reads the files `rlaif_gym.evals` writes; never re-plays the world.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where rlaif-gym keeps what it builds on a machine (compiled kernels, converted models): one user-level cache.
 
 `user_cache_dir()` is ``$RLAIF_GYM_CACHE``, else ``$XDG_CACHE_HOME/rlaif-gym``, else ``~/.cache/rlaif-gym``.
-Standard library only (layer L1), so the sim's compiled kernels and the integrations share it.
+Standard library only, so the sim's compiled kernels and the integrations share it.
 """
 
 from __future__ import annotations

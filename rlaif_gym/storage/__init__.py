@@ -1,6 +1,6 @@
 """Storage: trajectories to and from disk (JSONL store, Parquet) and the exports trainers read.
 
-Layer L2: imports the standard library, pydantic, `rlaif_gym.errors` and `rlaif_gym.trajectory`;
+Imports the standard library, pydantic, `rlaif_gym.errors` and `rlaif_gym.trajectory`;
 pyarrow only lazily, inside the Parquet functions, and SQLAlchemy only inside `SqlTrajectorySink`.
 """
 

@@ -6,7 +6,7 @@ that another record of the run already has. `load_checked` finds them when the r
 raises one `RecordError` naming the file, the trajectory and the field, instead of a traceback
 deep inside the metrics, the baselines or an export.
 
-Layer L2: standard library, `rlaif_gym.errors`, `rlaif_gym.trajectory` and this package.
+Standard library, `rlaif_gym.errors`, `rlaif_gym.trajectory` and this package.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ A call's prompt is its recorded `messages` (role and content of each, exactly wh
 when present, else `[system, user]` from `system_prompt` / `user_prompt` (the system message is
 left out when empty).
 
-Layer L2: standard library, `rlaif_gym.errors` and `rlaif_gym.trajectory` only.
+Standard library, `rlaif_gym.errors` and `rlaif_gym.trajectory` only.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ no sink misses a trajectory and no episode is run twice. Each trajectory goes to
 a trajectory that only some other sink holds is not done, and its rerun replaces it there (the SQL
 sink is idempotent on the trajectory id).
 
-Layer L2: standard library and the schema only.
+Standard library and the schema only.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ silently (a torn final line is announced with a `TornLineWarning`; any bad line 
 `CorruptLineError` naming the file and line number, and an unknown schema version raises
 `SchemaVersionError` with the same location).
 
-This module is part of layer L2: it imports the standard library, pydantic (through the schema),
+It imports the standard library, pydantic (through the schema),
 `rlaif_gym.errors` and `rlaif_gym.trajectory` only.
 """
 

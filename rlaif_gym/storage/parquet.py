@@ -9,7 +9,7 @@ same JSON the JSONL store writes, including extra fields and the schema version)
 nested steps and LLM calls, whose keys vary, would need a schema that every change must follow.
 
 pyarrow is optional: it is imported inside the functions, and a missing install raises
-`DependencyNotInstalled` naming the `parquet` extra. Layer L2.
+`DependencyNotInstalled` naming the `parquet` extra.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ export's row builder (`to_db_rows`), so the table and `rlaif-gym export --format
 * `createdAt` is the wall-clock time of the first write (UTC; the Atropos loader's lookback window
   reads it), `updatedAt` that of the latest; `isTrainingData` is false for failed episodes.
 
-Layer L2: SQLAlchemy is imported lazily (the `[sql]` extra); without it the constructor raises
+SQLAlchemy is imported lazily (the `[sql]` extra); without it the constructor raises
 `DependencyNotInstalled` naming the extra.
 """
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rlaif_gym.encoding.reply import MAX_REPLY_CHARS, parse_reply
@@ -108,3 +110,25 @@ def test_tags_inside_json_in_the_reasoning_do_not_split_the_block():
     parsed = parse_reply(reply)
     assert parsed.think_closed and parsed.errors == (), parsed.errors
     assert parsed.reasoning.endswith("and chose to buy.") and parsed.action.type == "buy_prediction"
+
+
+@pytest.mark.parametrize("think", ["I buy YES: two sources say so.", None])
+@pytest.mark.parametrize("action", [
+    {"type": "buy_prediction", "market": "market-1", "outcome": "YES", "amount": 12.5},
+    {"type": "post", "content": 'a quoted "</think>" and {braces}'},
+    {"type": "wait"},
+])
+def test_the_canonical_layout_is_the_one_the_parser_reads_first(action, think):
+    """`canonical_reply` is every writer's layout (the offline models, the baselines, the runner's fallback): it
+    parses back to the same action and reasoning, as the canonical think+json layout, or as bare JSON without a
+    think block (what the compact prompt style asks for)."""
+    from rlaif_gym.encoding.reply import canonical_reply
+    from rlaif_gym.sim import normalize_action
+
+    text = canonical_reply(action, think)
+    parsed = parse_reply(text, think_required=think is not None)
+    assert parsed.ok, parsed.errors
+    assert parsed.layout == ("think+json" if think is not None else "json")
+    assert parsed.action.to_dict() == normalize_action(action).to_dict()
+    assert parsed.reasoning == (think or "")
+    assert text == (f"<think>{think}</think>\n" if think is not None else "") + json.dumps(action)

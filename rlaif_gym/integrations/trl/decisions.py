@@ -1,6 +1,6 @@
 """Single decisions, evaluated: greedy replies at held-out decision points and their table (docs/trl.md).
 
-Part of `rlaif_gym.integrations.trl` (layer L6), which re-exports every public name.
+Part of `rlaif_gym.integrations.trl`, which re-exports every public name.
 """
 
 from __future__ import annotations

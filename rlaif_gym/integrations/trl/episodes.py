@@ -1,7 +1,7 @@
 """Token-exact episodes: `play_episodes` plays a batch in lockstep with any `TokenGenerator` and returns the ids,
 logprobs and env mask GRPO trains on, with the env's scores.
 
-Part of `rlaif_gym.integrations.trl` (layer L6), which re-exports every public name.
+Part of `rlaif_gym.integrations.trl`, which re-exports every public name.
 """
 
 from __future__ import annotations

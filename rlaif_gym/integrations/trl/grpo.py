@@ -3,7 +3,7 @@
 (`_get_per_token_logps_and_entropies`), so a TRL upgrade must re-run `tests/integrations/test_trl.py`, which
 checks its log-probabilities against TRL's own.
 
-Part of `rlaif_gym.integrations.trl` (layer L6), which re-exports every public name.
+Part of `rlaif_gym.integrations.trl`, which re-exports every public name.
 """
 
 from __future__ import annotations

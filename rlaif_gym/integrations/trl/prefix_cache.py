@@ -1,7 +1,7 @@
 """The KV cache of the tokens a batch's prompts share, run once without a graph and copied per prompt (the SFT loop,
 the shared-prompt sampler and `SharedPromptGRPOTrainer` use it; a decision prompt's system part is about half of it).
 
-Part of `rlaif_gym.integrations.trl` (layer L6).
+Part of `rlaif_gym.integrations.trl`.
 """
 
 from __future__ import annotations

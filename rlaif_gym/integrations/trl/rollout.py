@@ -1,7 +1,7 @@
 """The `rollout_func` contract: `make_rollout_func` plays each batch's rows token-exactly and `env_return` is the
 reward function that returns the env's own episode return.
 
-Part of `rlaif_gym.integrations.trl` (layer L6), which re-exports every public name.
+Part of `rlaif_gym.integrations.trl`, which re-exports every public name.
 """
 
 from __future__ import annotations

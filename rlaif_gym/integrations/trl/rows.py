@@ -1,7 +1,7 @@
 """Dataset rows for both of GRPOTrainer's contracts: `RowEpisode` (one episode a row names), `dataset_rows` and
 `build_dataset`, each column checked as the OpenEnv server checks the same input.
 
-Part of `rlaif_gym.integrations.trl` (layer L6), which re-exports every public name.
+Part of `rlaif_gym.integrations.trl`, which re-exports every public name.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An SFT warm start: records from the scripted agent or decision points, framed as `play_episodes` frames a tick,
 and a plain supervised loop on the reply tokens.
 
-Part of `rlaif_gym.integrations.trl` (layer L6), which re-exports every public name.
+Part of `rlaif_gym.integrations.trl`, which re-exports every public name.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from ...config import RLAIFEnvConfig
+from ...encoding.reply import canonical_reply
 from ...envs.decisions import DecisionPoint, decision_messages
 from ...errors import ConfigError
 from ...llm.scripted import ScriptedLLM
@@ -45,7 +46,7 @@ def decision_sft_records(points: Iterable[DecisionPoint], *,
         reasoning, action = model.decide(point.prompt)
         if think == "evidence":
             reasoning = _evidence_think(point.prompt, reasoning, action)
-        reply = {"role": "assistant", "content": model.layout(reasoning, action)}
+        reply = {"role": "assistant", "content": canonical_reply(action, reasoning)}
         records.append({"messages": [*decision_messages(point), reply], "seed": point.seed, "tick": point.tick})
     return records
 

@@ -1,7 +1,7 @@
 """`RLAIFTRLEnv`: the text env behind TRL's `environment_factory` contract (TRL's tool loop calls `act(reply)`
 once per tick; `get_reward()` is the env's episode return).
 
-Part of `rlaif_gym.integrations.trl` (layer L6), which re-exports every public name.
+Part of `rlaif_gym.integrations.trl`, which re-exports every public name.
 """
 
 from __future__ import annotations
