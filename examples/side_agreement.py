@@ -12,6 +12,9 @@ For each held-out set and each trained column, the share of points where the rep
 * the calibrated rule at the points where a deceiver NPC's post names the market (where the two rules part);
 * the drawn outcome (read from the hidden state, for the analysis only).
 
+The last column is the column's lean: its YES bets out of all its bets, then the calibrated rule's YES bets at the
+same points (a model that reads the evidence and leans to neither side bets YES about as often as the rule).
+
 Points where a rule has no side (a tie, or nothing to bet) are left out of its share; the counts are printed.
 """
 
@@ -41,6 +44,12 @@ def share(pairs: list[tuple[str | None, str | None]]) -> str:
     return f"{statistics.fmean(kept):.0%} of {len(kept)}" if kept else "-"
 
 
+def lean(sides: list[str | None], rule: list[str | None]) -> str:
+    """A column's YES bets of all its bets, and the calibrated rule's YES bets at the same points."""
+    bets = [s for s in sides if s is not None]
+    return f"{bets.count('YES')} of {len(bets)} ({rule.count('YES')})"
+
+
 def main(path: str) -> int:
     try:
         results = json.loads(Path(path).read_text())
@@ -55,8 +64,8 @@ def main(path: str) -> int:
     config = RLAIFEnvConfig.from_any({**DECISION_WORLD, "prompt_style": "compact", **overrides})
     spare = args["eval_points"] // 4 + 8  # as the training script finds them
     print("| set | column | naive majority | calibrated rule | calibrated, a deceiver's post on the market | "
-          "drawn outcome |")
-    print("|---|---|---:|---:|---:|---:|")
+          "drawn outcome | YES bets (the calibrated rule's) |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for start, columns in replies.items():
         first = int(start)
         points = decision_points(range(first, first + args["eval_points"] + spare), config=config,
@@ -73,7 +82,7 @@ def main(path: str) -> int:
             both = list(zip([side(r["reply"]) for r in replies], rows, strict=True))
             print(f"| {first:,} | {name} | {share([(m, r[0]) for m, r in both])} | "
                   f"{share([(m, r[1]) for m, r in both])} | {share([(m, r[1]) for m, r in both if r[3]])} | "
-                  f"{share([(m, r[2]) for m, r in both])} |")
+                  f"{share([(m, r[2]) for m, r in both])} | {lean([m for m, _ in both], [r[1] for _, r in both])} |")
     return 0
 
 

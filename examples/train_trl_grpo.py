@@ -27,9 +27,12 @@ One file, top to bottom (CleanRL style). The recipe (docs/trl.md gives each choi
      noise, no zero-variance groups. The policy is the model's next-token distribution at the side token,
      renormalised over YES and NO (the wait is left out: the decision RL learns is the side). Its loss
      (`--objective weighted`) is minus log pi(better side) times |R_YES - R_NO|, the full-information bandit's
-     cost-sensitive log loss, plus a form anchor: the cross-entropy of the reply's other tokens. One forward
-     and backward pass per point, with gradients through the prompt. `--objective pg` takes the exact
-     policy gradient of the expected return instead (it saturates on one side: docs/trl.md).
+     cost-sensitive log loss, plus a form anchor: the cross-entropy of the reply's other tokens. Every batch
+     holds 4 points, each beside its YES/NO mirror (`--mirror-pairs`, `DecisionPoint.mirrored_prompt`: prices,
+     holdings and feed with the sides swapped, the two sides' returns swapped), so a step cannot lower the loss
+     by leaning to one side; 1.5 passes. One forward and backward pass per prompt, with gradients through the
+     prompt. `--objective pg` takes the exact policy gradient of the expected return instead (it saturates on one
+     side: docs/trl.md).
    - `--rl grpo`: TRL's `GRPOTrainer` (`SharedPromptGRPOTrainer`: each group's prompt run once) with sampled
      groups; zero-variance groups dropped and counted.
 5. **Evaluation** of every model by its own greedy free-text reply at each held-out point, sent to the env and
@@ -128,20 +131,22 @@ class Args:
     held-out points or more, on every set: RL that breaks the reply's form is a failed run."""
     min_bet_share: float = 0.9
     """Stop before RL unless the SFT model's greedy replies bet at this share of held-out points or more."""
-    epochs: float = 3.0
+    epochs: float = 1.5
     """--rl exact: passes over the training points (a fraction ends the last pass part way through its shuffled
-    order: 1.5 runs one whole pass and half of a second)."""
+    order: 1.5 runs one whole pass and half of a second). With --mirror-pairs each pass costs two forward passes a
+    point, so 1.5 costs what 3 passes of single points do (--no-mirror-pairs: raise it to 3)."""
     mirror_share: float = 0.0
     """--rl exact: in each pass, each training point is shown as its YES/NO mirror with this probability (a seeded
     coin per point and pass; `DecisionPoint.mirrored_prompt`: prices, holdings and feed with YES and NO swapped,
     its better side the other). The world treats the sides alike, so the mirror is as likely a state; it balances
     the sides RL sees at every point (0: every point as drawn). At 0.5 the trained model's lean moved from NO to
-    YES instead of going away (docs/trl.md), so the default stays 0."""
-    mirror_pairs: bool = False
+    YES instead of going away (docs/trl.md), so the default stays 0 (it needs --no-mirror-pairs)."""
+    mirror_pairs: bool = True
     """--rl exact: every batch holds each of its points together with its YES/NO mirror (`--points-per-step` / 2
     points, each twice), in place of --mirror-share's coin. The pair's two side losses pull a lean one way and the
     other, so for a model that reads both orientations alike the step's side gradient vanishes only at zero lean; a
-    pass costs twice as many forward passes (--epochs 1.5 of pairs costs what 3 passes of single points do)."""
+    pass costs twice as many forward passes. The documented run's: with it the trained model beat its SFT start
+    and the format-only teacher on both held-out sets (docs/trl.md); --no-mirror-pairs shows each point once."""
     points_per_step: int = 8
     """--rl exact: decision points per optimizer step."""
     objective: Literal["weighted", "pg"] = "weighted"
@@ -226,9 +231,9 @@ def parse_args() -> Args:
     if not 0.0 <= args.mirror_share <= 1.0:
         raise SystemExit(f"--mirror-share is a probability, from 0 to 1, got {args.mirror_share}")
     if args.mirror_pairs and (args.mirror_share or args.points_per_step % 2):
-        raise SystemExit(f"--mirror-pairs puts each point beside its mirror in one batch: it needs an even "
-                         f"--points-per-step (got {args.points_per_step}) and no --mirror-share coin (got "
-                         f"{args.mirror_share})")
+        raise SystemExit(f"--mirror-pairs (the default) puts each point beside its mirror in one batch: it needs an "
+                         f"even --points-per-step (got {args.points_per_step}) and no --mirror-share coin (got "
+                         f"{args.mirror_share}); for the coin, pass --no-mirror-pairs (and --epochs 3)")
     if not args.epochs > 0:
         raise SystemExit(f"--epochs counts passes over the training points, above 0 (1.5: a pass and a half), got "
                          f"{args.epochs}")

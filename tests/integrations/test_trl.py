@@ -481,11 +481,11 @@ def test_the_examples_exact_batches_pair_each_point_with_its_mirror(monkeypatch)
     assert max(len(picks) for _, picks in paired) == 4
 
     gen = torch.Generator().manual_seed(0)
-    plain = batches(points_per_step=4, epochs=2.0)
+    plain = batches(mirror_pairs=False, points_per_step=4, epochs=2.0)
     before = [torch.randperm(10, generator=gen).tolist() for _ in range(2)]
     assert [k for _, picks in plain for k, _ in picks] == before[0] + before[1]
     assert {m for _, picks in plain for _, m in picks} == {0}
-    coin = {m for _, picks in batches(mirror_share=0.5, epochs=3.0) for _, m in picks}
+    coin = {m for _, picks in batches(mirror_pairs=False, mirror_share=0.5, epochs=3.0) for _, m in picks}
     assert coin == {0, 1}
 
 
@@ -660,7 +660,7 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
     # the curriculum (--deceived-share 0.5): half the 6 training points have a deceiver's post on the bet's market,
     # counted again after the draw (the world's own draw, seeds 0-5, has 2)
     assert "6 training decision points (3 with a deceiver's post on the bet's market)" in proc.stdout
-    assert "each point as its mirror at 50%" in proc.stdout  # the smoke run exercises --mirror-share too
+    assert "each beside its mirror" in proc.stdout  # the smoke run trains on mirror pairs, as the default does
     # It says what it shows, before it starts and under its tables: the wiring, not learning.
     note = "--smoke checks the wiring, not learning"
     assert proc.stdout.count(note) == 2 and proc.stdout.rindex(note) > proc.stdout.rindex("gain over after SFT")
@@ -676,6 +676,7 @@ def test_the_example_smoke_run_trains_the_shipped_model_end_to_end(tmp_path):
             line.startswith("| 4,000,000")]
     assert len(rows) == 2 * 3  # after SFT, after SFT+RL (exact), after SFT+GRPO (sampled)
     assert all(re.search(r"\d+% of [12]\b|-", row.split("|")[6]) for row in rows)  # against the drawn outcome
+    assert all(re.fullmatch(r" [0-2] of [0-2] \([0-2]\) ", row.split("|")[7]) for row in rows)  # the lean: YES bets
     # a file that is not a training run's results.json: one line saying so, exit 2, no traceback
     bad = subprocess.run([sys.executable, "examples/side_agreement.py", str(tmp_path / "missing.json")], cwd=root,
                          capture_output=True, text=True, timeout=600)
