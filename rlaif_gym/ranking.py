@@ -26,6 +26,7 @@ import numpy as np
 from .agents import BaselineAgent, InformedAgent, OracleAgent, PassiveAgent, RandomAgent
 from .config import RLAIFEnvConfig
 from .encoding.observation import ACCOUNT_FEATURES
+from .encoding.reply import canonical_reply
 from .encoding.view import TickView
 from .envs import RLAIFCore, evaluate_policy, seed_keys
 from .envs.text_env import RLAIFTextEnv
@@ -290,9 +291,6 @@ class TextPolicy:
         raise NotImplementedError
 
 
-_reply = ScriptedLLM.layout  # the canonical reply: <think>, a line break, the JSON action
-
-
 class ScriptedInformed(TextPolicy):
     """The offline scripted model (`ScriptedLLM`), greedy: reads the evidence, cites it, trades on gaps."""
 
@@ -300,7 +298,8 @@ class ScriptedInformed(TextPolicy):
         self.model = ScriptedLLM()
 
     def reply(self, prompt, view):
-        return _reply(*self.model.decide(prompt))
+        think, action = self.model.decide(prompt)
+        return canonical_reply(action, think)
 
 
 class GamedInformed(ScriptedInformed):
@@ -330,7 +329,7 @@ class GamedInformed(ScriptedInformed):
             think = prompt + "\nSo I act."
         else:
             think = f"{think} {self._FILLER}"
-        return _reply(think, action)
+        return canonical_reply(action, think)
 
 
 class BoilerplateHold(TextPolicy):
@@ -338,8 +337,8 @@ class BoilerplateHold(TextPolicy):
 
     def reply(self, prompt, view):
         m = view.markets[0]
-        return _reply(f"{m.market_id} trades at {100 * m.yes_price:.1f}¢ YES. The evidence is mixed, so I hold.",
-                      {"type": "wait"})
+        think = f"{m.market_id} trades at {100 * m.yes_price:.1f}¢ YES. The evidence is mixed, so I hold."
+        return canonical_reply({"type": "wait"}, think)
 
 
 class RandomCanned(TextPolicy):
@@ -347,12 +346,12 @@ class RandomCanned(TextPolicy):
 
     def reply(self, prompt, view):
         if self.rng.random() >= 0.25:
-            return _reply("Nothing stands out, so I wait.", {"type": "wait"})
+            return canonical_reply({"type": "wait"}, "Nothing stands out, so I wait.")
         m = view.markets[int(self.rng.integers(len(view.markets)))]
         side = "YES" if self.rng.random() < 0.5 else "NO"
         amount = round(float(self.rng.uniform(0.02, 0.05)) * view.equity, 2)
-        return _reply(f"I have a good feeling about {m.market_id}, so I buy {side}.",
-                      {"type": "buy_prediction", "market": m.market_id, "outcome": side, "amount": amount})
+        return canonical_reply({"type": "buy_prediction", "market": m.market_id, "outcome": side, "amount": amount},
+                               f"I have a good feeling about {m.market_id}, so I buy {side}.")
 
 
 class Unparseable(TextPolicy):
@@ -375,19 +374,20 @@ class SocialPoster(TextPolicy):
     def reply(self, prompt, view):
         for name, joined in view.groups:
             if not joined:
-                return _reply(f"I am not in {name} yet; joining it connects me with more traders, so I join.",
-                              {"type": "join_group", "group": name})
+                return canonical_reply({"type": "join_group", "group": name},
+                                       f"I am not in {name} yet; joining it connects me with more traders, so I join.")
         self.turn += 1
         news = next((n for n in view.news if n.subject.startswith("market-")), None)
         if self.turn % 2 and news is not None:
             way = "YES" if news.direction > 0 else "NO"
             content = f"{news.source} expects {news.subject} to resolve {way}. What do you all think?"
-            return _reply(f"{news.source} just said {news.subject} resolves {way}; sharing it starts a "
-                          "conversation, so I post it.", {"type": "create_post", "content": content})
+            return canonical_reply({"type": "create_post", "content": content},
+                                   f"{news.source} just said {news.subject} resolves {way}; sharing it starts a "
+                                   "conversation, so I post it.")
         npc = view.npcs[(self.turn // 2) % len(view.npcs)]
         agent, name = npc.split(" ", 1)
-        return _reply(f"I have not talked with {name} lately, so I send {agent} a DM to keep in touch.",
-                      {"type": "send_dm", "recipient": agent, "content": "Hi! What are you watching this week?"})
+        dm = {"type": "send_dm", "recipient": agent, "content": "Hi! What are you watching this week?"}
+        return canonical_reply(dm, f"I have not talked with {name} lately, so I send {agent} a DM to keep in touch.")
 
 
 TEXT_POLICIES: dict[str, Callable[[], TextPolicy]] = {
