@@ -234,9 +234,12 @@ def parse_args() -> Args:
         raise SystemExit(f"--mirror-pairs (the default) puts each point beside its mirror in one batch: it needs an "
                          f"even --points-per-step (got {args.points_per_step}) and no --mirror-share coin (got "
                          f"{args.mirror_share}); for the coin, pass --no-mirror-pairs (and --epochs 3)")
-    if not args.epochs > 0:
-        raise SystemExit(f"--epochs counts passes over the training points, above 0 (1.5: a pass and a half), got "
-                         f"{args.epochs}")
+    if not 0 < args.epochs < math.inf:
+        raise SystemExit(f"--epochs counts passes over the training points, a finite number above 0 (1.5: a pass and "
+                         f"a half), got {args.epochs}")
+    if args.points_per_step < 1:
+        raise SystemExit(f"--points-per-step counts decision points per optimizer step, 1 or more (2 or more, even, "
+                         f"with --mirror-pairs), got {args.points_per_step}")
     if args.smoke:
         args = dataclasses.replace(args, rl="both", train_seeds=6, eval_points=2, sft_steps=2, sft_batch_size=2,
                                    epochs=1, points_per_step=2 if args.mirror_pairs else 3,

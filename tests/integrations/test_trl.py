@@ -698,6 +698,27 @@ def test_the_example_refuses_a_deceived_share_outside_zero_to_one():
     assert "training decision points" not in proc.stdout
 
 
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--epochs", "inf"], "--epochs counts passes over the training points, a finite number above 0"),
+    (["--points-per-step", "0"], "--points-per-step counts decision points per optimizer step, 1 or more"),
+    (["--points-per-step", "3"], "--mirror-pairs (the default) puts each point beside its mirror in one batch"),
+    (["--mirror-share", "0.5"], "for the coin, pass --no-mirror-pairs"),
+])
+def test_the_example_refuses_a_batching_it_cannot_run(flags, message):
+    """An endless run, an empty batch, a mirror pair split across batches, or the mirror coin on top of the pairs:
+    one line with the fix and a non-zero exit, no traceback, before any point is built."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "examples/train_trl_grpo.py", *flags], cwd=root, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert message in proc.stderr
+    assert "training decision points" not in proc.stdout
+
+
 def test_the_example_baselines_only_prints_the_reference_columns_without_a_model(tmp_path):
     """`--baselines-only`: the held-out sets' reference columns (the teachers, the calibrated evidence rule, the
     hindsight bet) and the headroom pairs, in seconds, with no model loaded. The calibrated rule reads the sources'
