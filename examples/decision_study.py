@@ -5,7 +5,7 @@ gain over waiting of five replies under two credits (no LLM, half a minute on a 
     python examples/decision_study.py --points 50 --first-seeds 7000000 8000000
 
 The world draws each market's outcome at creation from its hidden true probability p*, and writes every news item,
-NPC post and group tip from that drawn outcome at its source's reliability, never from p* (`sim.engine._information`).
+NPC post and group tip from that drawn outcome at its source's reliability, never from p* (`sim.rules._information`).
 With `reward_mark="truth"` a bet is credited on its own tick at p*. This script measures what that means for the
 decision points the GRPO example trains on (`rlaif_gym.envs.decisions`: DECISION_WORLD, a market resolving within
 `--resolves-within` ticks and named by the prompt's feed), on two disjoint sets of held-out seeds:

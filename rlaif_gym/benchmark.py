@@ -183,10 +183,9 @@ def bench_vector(sizes=(1, 64, 1024, 16384), seconds: float = 1.0, repeats: int 
             async_=_vector_rate("RLAIF-v0", "async", n, seconds, 1, **kw) if n <= max_async else None,
             cartpole_native=_vector_rate("CartPole-v1", "vector_entry_point", n, seconds, repeats),
         ))
-    from .envs.core import _select_backend
-    from .sim import step as numpy_step
+    from .envs.core import compiled_backend
 
-    ran = "numpy" if _select_backend(backend)[0] is numpy_step else "numba"
+    ran = "numba" if compiled_backend(backend) else "numpy"
     return {"machine": f"{machine_line()}, backend {backend} ({ran})", "single_cartpole": single_cartpole,
             "single_rlaif": single_rlaif, "rows": rows, "bytes_per_world": state_bytes_per_world(),
             "memory_per_env": memory_per_env(tuple(n for n in sizes if n >= 1024) or (max(sizes),), backend)}

@@ -118,9 +118,10 @@ class RLAIFEnvConfig(BaseModel):
     # --- speed
     backend: Literal["numpy", "numba", "auto"] = Field(
         "auto",
-        description="World-step implementation: auto (numba when it imports, else numpy), numba (compiled: decode, "
-        "world, reward and observation in one call; compiled once per machine, then cached) or numpy (the readable "
-        "reference; equal to numba within 1e-9 relative).",
+        description="How the world's rules run: auto (numba when it imports, else numpy), numba (compiled: decode, "
+        "world, reward and observation in one call; compiled once per machine, then cached) or numpy (the same rules "
+        "run as Python, with the same world bits: readable in a debugger, nothing to compile, slower: "
+        "docs/benchmarks.md; the observation is encoded by numpy).",
     )
 
     # --- text face

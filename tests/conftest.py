@@ -1,8 +1,9 @@
 """Shared fixtures. Every test runs offline on the embedded defaults.
 
 `tests/support/` holds what several test folders share: the fake OpenAI-compatible server (`fake_server`, whose
-fixture is offered to every test here), the fake judge server (`judge_server`) and the checks of a run's files
-(`rollout_checks`); it is put on `sys.path` once, here, so a test module imports them by name.
+fixture is offered to every test here), the fake judge server (`judge_server`), the checks of a run's files
+(`rollout_checks`) and the frozen numpy engine the world's rules are held to (`engine_oracle`); it is put on
+`sys.path` once, here, so a test module imports them by name.
 """
 
 from __future__ import annotations

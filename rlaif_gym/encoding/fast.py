@@ -13,23 +13,23 @@ from __future__ import annotations
 import numpy as np
 
 from ..sim import WorldParams, WorldState
-from ..sim import fast as sim_fast
+from ..sim import rules as sim_rules
 from .observation import FeatureLayout, encode_observations
 
 __all__ = ["available", "encode_observations_fast", "kernel", "scratch"]
 
-_warm = False  # the kernel has run in this process (later calls skip `sim_fast.compile_notice`)
+_warm = False  # the kernel has run in this process (later calls skip `sim_rules.compile_notice`)
 
 
 def available() -> bool:
     """True when numba is installed, so `encode_observations_fast` runs compiled."""
-    return sim_fast.available()
+    return sim_rules.available()
 
 
 def kernel(start, dur_max, num_ticks, max_lev, fee_rate, min_fee, low, high, fb, ib, kb, bb, tab, out, esc):
     """Write every world's observation row into out (B, D); fb, ib, kb, bb, tab: the packed state
-    (`sim.fast.packed`); esc: `scratch` floats."""
-    s = sim_fast.state_views(fb, ib, kb, bb, tab)
+    (`sim.rules.packed`); esc: `scratch` floats."""
+    s = sim_rules.state_views(fb, ib, kb, bb, tab)
     tick, cash, realized, pm_yes, pm_no = s.tick, s.cash, s.realized_pnl, s.pm_yes, s.pm_no
     pm_last, pm_resolve, hold_yes, hold_no = s.pm_last_price, s.pm_resolve_tick, s.hold_yes, s.hold_no
     news_acc, post_acc, group_acc, joined, npc_flow = s.news_acc, s.post_acc, s.group_acc, s.joined, s.pm_npc_flow
@@ -76,43 +76,43 @@ def kernel(start, dur_max, num_ticks, max_lev, fee_rate, min_fee, low, high, fb,
         for g in range(g_count):
             row[k] = 1.0 if joined[b, g] else 0.0
             k += 1
-        eq = sim_fast.equity(b, m_count, p_count, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no,
+        eq = sim_rules.equity(b, m_count, p_count, fee_rate, min_fee, cash, pm_yes, pm_no, hold_yes, hold_no,
                              pos_side, pos_entry, pos_margin, pos_notional, perp_price, buf)
-        ex = sim_fast.exposure(b, m_count, p_count, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry,
+        ex = sim_rules.exposure(b, m_count, p_count, pm_yes, pm_no, hold_yes, hold_no, pos_side, pos_entry,
                                pos_notional, perp_price, buf)
         row[k] = cash[b] / start
         row[k + 1] = eq / start
         row[k + 2] = 1.0 - t / num_ticks
-        row[k + 3] = ex / sim_fast.fmax(eq, 1e-9)
+        row[k + 3] = ex / sim_rules.fmax(eq, 1e-9)
         row[k + 4] = realized[b] / start
         for j in range(out.shape[1]):
-            v = sim_fast.fmin(sim_fast.fmax(row[j], low[j]), high[j])
+            v = sim_rules.fmin(sim_rules.fmax(row[j], low[j]), high[j])
             out[b, j] = np.float32(v)
 
 
-kernel = sim_fast.jit_flat(kernel)  # `kernel` itself where numba is missing
+kernel = sim_rules.jit_flat(kernel)  # `kernel` itself where numba is missing
 
 
 def scratch(num_markets: int, num_perps: int, dim: int) -> np.ndarray:
-    """Float scratch for `kernel` (it allocates nothing itself: see `sim.fast.jit_flat`)."""
+    """Float scratch for `kernel` (it allocates nothing itself: see `sim.rules.jit_flat`)."""
     return np.empty(max(num_markets, num_perps) + dim)
 
 
 def encode_observations_fast(state: WorldState, params: WorldParams, layout: FeatureLayout) -> np.ndarray:
     """`encode_observations`, compiled; falls back to the reference without numba."""
-    if not sim_fast.available():
+    if not sim_rules.available():
         return encode_observations(state, params, layout)
     s = state
     out = np.empty((s.batch_size, len(layout.names)), dtype=np.float32)
     args = (float(params.starting_cash), float(params.market_duration_max), float(params.num_ticks),
             float(params.max_leverage), float(params.fee_rate), float(params.min_fee),
-            layout.low.astype(np.float64), layout.high.astype(np.float64), *sim_fast.packed_copy(s),
+            layout.low.astype(np.float64), layout.high.astype(np.float64), *sim_rules.packed_copy(s),
             out, scratch(params.num_markets, params.num_perps, out.shape[1]))
     global _warm
     if _warm:
         kernel(*args)
     else:
-        with sim_fast.compile_notice(kernel):
+        with sim_rules.compile_notice(kernel):
             kernel(*args)
         _warm = True
     return out

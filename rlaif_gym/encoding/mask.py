@@ -119,19 +119,19 @@ def table_mask(valid: np.ndarray, table: np.ndarray) -> np.ndarray:
 # Compiled: both folds straight from the state, one loop per world, no temporaries.
 
 _kernel = None
-_equity = None  # sim.fast's compiled equity of one world (numpy's summation order), bound by `_compiled`
+_equity = None  # sim.rules's compiled equity of one world (numpy's summation order), bound by `_compiled`
 
 
 def _compiled():
     """The numba kernel (compiled on first use, cached on disk), or None without numba."""
     global _kernel, _equity
     if _kernel is None:
-        from ..sim import fast as sim_fast
+        from ..sim import rules as sim_rules
 
-        if not sim_fast.available():
+        if not sim_rules.available():
             return None
-        _equity = sim_fast.equity
-        _kernel = sim_fast.jit(_mask_rows)  # cached with the other kernels (sim.fast.kernel_cache_dir)
+        _equity = sim_rules.equity
+        _kernel = sim_rules.jit(_mask_rows)  # cached with the other kernels (sim.rules.kernel_cache_dir)
     return _kernel
 
 

@@ -139,7 +139,7 @@ def _static_names(num_npcs: int, num_groups: int) -> tuple[tuple[str, ...], tupl
 
 
 def pairwise_sum(values: list[float]) -> float:
-    """numpy's sum of `values` bit for bit (its pairwise order on a contiguous axis, as `sim.fast` has it):
+    """numpy's sum of `values` bit for bit (its pairwise order on a contiguous axis, as `sim.rules` has it):
     for the few values of one world's row, summing in Python costs less than a numpy call."""
     n = len(values)
     if n < 8:

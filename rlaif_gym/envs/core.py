@@ -6,6 +6,7 @@ path, so the single env and any batch agree exactly (a test checks it).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from ..config import RLAIFEnvConfig
 from ..encoding import action_nvec, decode_actions, encode_observations, feature_layout
 from ..errors import ConfigError, DependencyNotInstalled, InvalidActionError, ResetNeeded
 from ..rewards.composite import RewardFunction
+from ..sim import rules as sim_rules
 from .glue import check_archetype, fill_info
 
 __all__ = ["CoreStep", "RLAIFCore", "check_numeric_action", "check_numeric_actions", "check_reset_options",
@@ -108,18 +110,28 @@ def world_params(config: RLAIFEnvConfig) -> sim.WorldParams:
     return sim.WorldParams(**{name: getattr(config, name) for name in sim.WorldParams.field_names()})
 
 
-def _select_backend(backend: str):
-    """The world-step and observation-encoding functions for a config's `backend`."""
+def compiled_backend(backend: str) -> bool:
+    """Whether a config's `backend` runs the world's rules compiled (numba) rather than as Python: "numba", and
+    "auto" where numba imports. Raises DependencyNotInstalled for "numba" without numba."""
     if backend == "numpy":
-        return sim.step, encode_observations
-    from ..encoding import fast as encoding_fast
-    from ..sim import fast
+        return False
+    if not sim_rules.available():
+        if backend == "numba":
+            raise DependencyNotInstalled('backend="numba" needs numba: pip install numba (or use backend="numpy")')
+        return False
+    return True
 
-    if fast.available():
-        return fast.step, encoding_fast.encode_observations_fast
-    if backend == "numba":
-        raise DependencyNotInstalled('backend="numba" needs numba: pip install numba (or use backend="numpy")')
-    return sim.step, encode_observations
+
+def _select_backend(backend: str):
+    """The world-step and observation-encoding functions for a config's `backend`, and whether they are compiled.
+
+    Both run the world's one text of its rules (`sim.rules`): compiled by numba, or as Python for "numpy" (and for
+    "auto" where numba is missing)."""
+    if not compiled_backend(backend):
+        return functools.partial(sim_rules.step, compiled=False), encode_observations, False
+    from ..encoding import fast as encoding_fast
+
+    return sim_rules.step, encoding_fast.encode_observations_fast, True
 
 
 @dataclass
@@ -146,9 +158,9 @@ class RLAIFCore:
         self.archetype = check_archetype(config.archetype)
         self.reward_fn = RewardFunction.from_config(config, self.archetype)
         self.weights = self.reward_fn.weights
-        self._sim_step, self._encode = _select_backend(config.backend)
+        self._sim_step, self._encode, self.compiled = _select_backend(config.backend)
         self.fused = None
-        if self._sim_step is not sim.step:
+        if self.compiled:
             from . import fused  # imports numba: only for the compiled backend
 
             if fused.supports(self.reward_fn, self.archetype):
@@ -158,8 +170,12 @@ class RLAIFCore:
 
     def reset(self, keys: np.ndarray) -> np.ndarray:
         """Start fresh worlds from their keys; returns the observations."""
-        self.state = sim.reset(self.params, keys)
+        self.state = self.fresh_worlds(keys)
         return self.observe()
+
+    def fresh_worlds(self, keys: np.ndarray) -> sim.WorldState:
+        """New worlds from their keys (uint64, shape (n,)), reset by this core's backend; the core keeps none."""
+        return sim.reset(self.params, keys, compiled=self.compiled)
 
     # -- state fork (GRPO groups from one mid-episode state) ------------------------------------
 

@@ -3,7 +3,7 @@
 `RLAIFCore.step` with the compiled backend and the skill reward calls `FusedStep.step`, which hands
 integer actions of shape (B, 4) to `_fused`, a numba function that, per world, checks the action
 against the space, decodes it (`encoding.action.decode_actions`), runs the world kernel
-(`sim.fast.kernel`), computes the reward components and their weighted sum
+(`sim.rules.kernel`), computes the reward components and their weighted sum
 (`rewards.composite.RewardFunction` with the skill scheme: pnl and risk), and writes the observation
 (`encoding.fast`). Python only wraps the results. Without it, one step crossed the Python/numpy
 boundary about twenty times (decoding, ~86 unboxed array arguments twice, the reward's numpy
@@ -25,7 +25,7 @@ from ..encoding import fast as encoding_fast
 from ..encoding.action import ACTION_KINDS, BUY_FRACTIONS, SELL_FRACTIONS
 from ..errors import InvalidActionError
 from ..rewards.components import BANKRUPTCY_PENALTY
-from ..sim import fast as sim_fast
+from ..sim import rules as sim_rules
 
 __all__ = ["FusedStep", "supports"]
 
@@ -38,18 +38,18 @@ _KIND_CODES = np.asarray(ACTION_KINDS, dtype=np.int64)
 # Status codes of `_fused`.
 OK, BAD_ACTION, NOT_FINITE = 0, 1, 2
 
-# Rows of the float outcome array after sim.fast's 11 (`OUT_F`): the components, then the reward.
+# Rows of the float outcome array after sim.rules's 11 (`OUT_F`): the components, then the reward.
 COMPONENTS = ("pnl", "risk")
 """The components the fused step computes, in `RewardFunction.components`' order."""
-_PNL_ROW, _RISK_ROW, _REWARD_ROW = len(sim_fast.OUT_F), len(sim_fast.OUT_F) + 1, len(sim_fast.OUT_F) + 2
+_PNL_ROW, _RISK_ROW, _REWARD_ROW = len(sim_rules.OUT_F), len(sim_rules.OUT_F) + 1, len(sim_rules.OUT_F) + 2
 
-# The rows and constants `_fused` reads, looked up by name in sim.fast's layouts (compile-time constants).
-_NUM_MARKETS, _NUM_PERPS = sim_fast.PI.index("num_markets"), sim_fast.PI.index("num_perps")
-_FEE_RATE, _MIN_FEE = sim_fast.PF.index("fee_rate"), sim_fast.PF.index("min_fee")
+# The rows and constants `_fused` reads, looked up by name in sim.rules's layouts (compile-time constants).
+_NUM_MARKETS, _NUM_PERPS = sim_rules.PI.index("num_markets"), sim_rules.PI.index("num_perps")
+_FEE_RATE, _MIN_FEE = sim_rules.PF.index("fee_rate"), sim_rules.PF.index("min_fee")
 _FILLED_USD, _EQUITY_BEFORE, _PNL_DELTA, _EXPOSURE_RATIO, _LEVERAGE_REQUESTED = (
-    sim_fast.OUT_F.index(n) for n in ("filled_usd", "equity_before", "pnl_delta", "exposure_ratio",
+    sim_rules.OUT_F.index(n) for n in ("filled_usd", "equity_before", "pnl_delta", "exposure_ratio",
                                       "leverage_requested"))
-_ADDED_EXPOSURE, _BANKRUPT = sim_fast.OUT_B.index("added_exposure"), sim_fast.OUT_B.index("bankrupt")
+_ADDED_EXPOSURE, _BANKRUPT = sim_rules.OUT_B.index("added_exposure"), sim_rules.OUT_B.index("bankrupt")
 
 
 def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb, ib, kb, bb, tab, sf, si, sb, esc):
@@ -58,10 +58,10 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
     fc: buy fractions (5), sell fractions (5), perp leverage, the reward's 8 constants, the
     encoder's 4 and its low and high bounds (D each); ic: the action space's nvec (4), then the ActionType
     code of each numeric kind (`_KIND_CODES`). isc, fsc: scratch rows of the decoded batch; sf, si, sb:
-    the world kernel's scratch (`sim.fast.scratch`); esc: the encoder's (`encoding.fast.scratch`), whose
+    the world kernel's scratch (`sim.rules.scratch`); esc: the encoder's (`encoding.fast.scratch`), whose
     first max(M, P) floats also serve the decoder.
     """
-    s = sim_fast.state_views(fb, ib, kb, bb, tab)
+    s = sim_rules.state_views(fb, ib, kb, bb, tab)
     nb = s.tick.shape[0]
     kind, target, side, pre_error = isc[0], isc[1], isc[2], isc[3]
     amount, leverage, pre_a, pre_b = fsc[0], fsc[1], fsc[2], fsc[3]
@@ -85,7 +85,7 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         pre_a[b] = 0.0
         pre_b[b] = 0.0
         if k == _BUY or k == _PERP:  # noqa: SIM109 (a tuple test costs more in compiled code)
-            margin = buy_fractions[q] * sim_fast.equity_of(b, s, pf, pi, buf)
+            margin = buy_fractions[q] * sim_rules.equity_of(b, s, pf, pi, buf)
             amount[b] = margin if k == _BUY else margin * perp_leverage
         elif k == _SELL:
             slot = min(t, m - 1)
@@ -93,7 +93,7 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
             amount[b] = sell_fractions[q] * held
         else:
             amount[b] = 0.0
-    sim_fast.kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i,
+    sim_rules.kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i,
                     out_b, fb, ib, kb, bb, tab, sf, si, sb)
     # The skill scheme's components (rewards.components.trading_component and
     # proportional_risk_component), then RewardFunction.combine's accumulation.
@@ -104,15 +104,15 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         bankrupt = out_b[_BANKRUPT, b]
         pnl = pnl_scale * out_f[_PNL_DELTA, b] / start - bankrupt_penalty * (1.0 if bankrupt else 0.0)
         lev = out_f[_LEVERAGE_REQUESTED, b]
-        equity = sim_fast.fmax(out_f[_EQUITY_BEFORE, b], 1e-9)
-        added_usd = out_f[_FILLED_USD, b] * sim_fast.fmax(lev, 1.0)
-        above_usd = sim_fast.fmax(out_f[_EXPOSURE_RATIO, b] - threshold, 0.0) * equity
-        excess_usd = sim_fast.fmin(added_usd, above_usd) if out_b[_ADDED_EXPOSURE, b] else 0.0
-        excess_lev = sim_fast.fmax(lev / max_lev - 1.0, 0.0)
+        equity = sim_rules.fmax(out_f[_EQUITY_BEFORE, b], 1e-9)
+        added_usd = out_f[_FILLED_USD, b] * sim_rules.fmax(lev, 1.0)
+        above_usd = sim_rules.fmax(out_f[_EXPOSURE_RATIO, b] - threshold, 0.0) * equity
+        excess_usd = sim_rules.fmin(added_usd, above_usd) if out_b[_ADDED_EXPOSURE, b] else 0.0
+        excess_lev = sim_rules.fmax(lev / max_lev - 1.0, 0.0)
         risk = 0.0 - penalty * (excess_usd / start + excess_lev)
         out_f[_PNL_ROW, b] = pnl
         out_f[_RISK_ROW, b] = risk
-        if not (sim_fast.isfinite(pnl) and sim_fast.isfinite(risk)):
+        if not (sim_rules.isfinite(pnl) and sim_rules.isfinite(risk)):
             status = NOT_FINITE
         out_f[_REWARD_ROW, b] = (0.0 + c_pnl * pnl) + c_risk * risk
     encoding_fast.kernel(fc[19], fc[20], fc[21], fc[22], pf[_FEE_RATE], pf[_MIN_FEE], low, high, fb,
@@ -120,12 +120,12 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
     return status
 
 
-_fused = sim_fast.jit_flat(_fused)  # `_fused` itself where numba is missing (`supports` is then False)
+_fused = sim_rules.jit_flat(_fused)  # `_fused` itself where numba is missing (`supports` is then False)
 
 
 def supports(reward_fn, archetype: str | None) -> bool:
     """True when the fused step computes this reward: the skill scheme with pnl and risk only (no truth mark)."""
-    return sim_fast.available() and reward_fn.scheme == "skill" and reward_fn.mark == "market" and archetype is None
+    return sim_rules.available() and reward_fn.scheme == "skill" and reward_fn.mark == "market" and archetype is None
 
 
 class FusedStep:
@@ -145,8 +145,8 @@ class FusedStep:
             layout.low.astype(np.float64), layout.high.astype(np.float64),
         ]).astype(np.float64)
         ic = np.concatenate([self.nvec, _KIND_CODES]).astype(np.int64)
-        self._consts = (*sim_fast.param_arrays(params), fc, ic)
-        self._scratch = (*sim_fast.scratch(self._consts[1]),
+        self._consts = (*sim_rules.param_arrays(params), fc, ic)
+        self._scratch = (*sim_rules.scratch(self._consts[1]),
                          encoding_fast.scratch(params.num_markets, params.num_perps, len(layout.names)))
         self._isc, self._fsc = np.empty((4, n), np.int64), np.empty((4, n))
         self._reused = self._outputs(n)
@@ -155,7 +155,8 @@ class FusedStep:
         self._warm = False
 
     def __setstate__(self, state: dict) -> None:
-        """After `pickle` or `copy.deepcopy`: the world constants read-only again, as `sim.fast.param_arrays` made them.
+        """After `pickle` or `copy.deepcopy`: the world constants read-only again, as `sim.rules.param_arrays`
+        made them.
 
         The compiled step is specialised on read-only constant arrays; a writable copy would make the
         next step compile a second specialisation (minutes on a cold cache) without a word."""
@@ -165,8 +166,8 @@ class FusedStep:
 
     @staticmethod
     def _outputs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return (np.empty((len(sim_fast.OUT_F) + 3, n)), np.empty((len(sim_fast.OUT_I), n), dtype=np.int64),
-                np.empty((len(sim_fast.OUT_B), n), dtype=np.bool_))
+        return (np.empty((len(sim_rules.OUT_F) + 3, n)), np.empty((len(sim_rules.OUT_I), n), dtype=np.int64),
+                np.empty((len(sim_rules.OUT_B), n), dtype=np.bool_))
 
     def step(self, state: sim.WorldState, actions: np.ndarray, *, reuse: bool = False):
         """Run one step of every world in `state` (mutated in place) with int64 actions (B, 4).
@@ -177,8 +178,8 @@ class FusedStep:
                 always a fresh array.
 
         Returns:
-            (observation (B, D) float32, floats (14, B): `sim.fast.OUT_F`'s 11 rows then pnl, risk and
-            the reward; ints (3, B) and bools (3, B) in `sim.fast`'s row order).
+            (observation (B, D) float32, floats (14, B): `sim.rules.OUT_F`'s 11 rows then pnl, risk and
+            the reward; ints (3, B) and bools (3, B) in `sim.rules`'s row order).
 
         Raises:
             InvalidActionError: an action lies outside the space (no world changed).
@@ -187,9 +188,9 @@ class FusedStep:
         obs = np.empty((self.num_worlds, self._dim), dtype=np.float32)
         out_f, out_i, out_b = self._reused if reuse else self._outputs(self.num_worlds)
         pf, pi, beh, cf, fc, ic = self._consts
-        fb, ib, kb, bb, tab = sim_fast.packed(state)
+        fb, ib, kb, bb, tab = sim_rules.packed(state)
         if not self._warm:
-            with sim_fast.compile_notice(_fused):
+            with sim_rules.compile_notice(_fused):
                 status = _fused(pf, pi, beh, cf, fc, ic, actions, self._isc, self._fsc, out_f, out_i, out_b, obs,
                                 fb, ib, kb, bb, tab, *self._scratch)
             self._warm = True
@@ -219,4 +220,4 @@ class FusedStep:
     @staticmethod
     def outcome(out_f: np.ndarray, out_i: np.ndarray, out_b: np.ndarray) -> sim.StepOutcome:
         """A `StepOutcome` whose arrays are rows of `step`'s outcome arrays."""
-        return sim_fast.outcome_of(out_f[:_PNL_ROW], out_i, out_b)
+        return sim_rules.outcome_of(out_f[:_PNL_ROW], out_i, out_b)

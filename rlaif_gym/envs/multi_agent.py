@@ -31,7 +31,7 @@ from ..judge.rules import RuleJudge
 from ..rewards.composite import RewardFunction
 from ..sim.multi import Accounts, agent_order, step_agents
 from .behavior import BehaviorTracker
-from .core import check_numeric_action, world_params
+from .core import check_numeric_action, compiled_backend, world_params
 from .glue import check_archetype, check_reply, decode_reply, step_feedback, step_info
 from .snapshot import EnvSnapshot
 from .text_env import MAX_PROMPT_CHARS, MAX_REPLY_SAMPLE_CHARS, describe_outcome
@@ -46,7 +46,7 @@ class RLAIFMultiAgentEnv:
         config: an `RLAIFEnvConfig`, a mapping or None; `overrides` are config fields. The world,
             reward weights and episode length are the single-agent env's; with an `archetype`, every
             agent is paid the `behavior` component of its own episode, as the single env pays it.
-            `backend="numba"` is refused (the multi-agent tick runs on the numpy engine).
+            The backend runs the multi-agent tick as it runs the single env's step: compiled, or as Python.
         num_agents: learning agents, named `trader_0` .. `trader_{N-1}`.
         face: `"numeric"` (Box observation, MultiDiscrete action, as `RLAIF-v0`) or `"text"`
             (prompt in, reply out, as `RLAIF-Text-v0`, with the rule judge's format and reasoning
@@ -75,9 +75,7 @@ class RLAIFMultiAgentEnv:
             raise ConfigError(f"num_agents must be in [1, 64], got {num_agents!r}")
         self.config = RLAIFEnvConfig.from_any(config, **overrides)
         archetype = check_archetype(self.config.archetype)
-        if self.config.backend == "numba":
-            raise ConfigError("the multi-agent env runs on the numpy engine (sim.multi loads each agent's account in "
-                              "turn); use backend='numpy' or 'auto'")
+        self.compiled = compiled_backend(self.config.backend)
         self.face = face
         self.render_mode = None
         self.params = world_params(self.config)
@@ -136,7 +134,7 @@ class RLAIFMultiAgentEnv:
         """
         if seed is not None or self._np_random is None:
             self._np_random, _ = seeding.np_random(seed)
-        self.world = sim.reset(self.params, sim.draw_keys(self._np_random, 1))
+        self.world = sim.reset(self.params, sim.draw_keys(self._np_random, 1), compiled=self.compiled)
         self.accounts = Accounts.fresh(self.world, len(self.possible_agents))
         self.agents = list(self.possible_agents)
         self._views, self._prompts = {}, {}
@@ -175,7 +173,7 @@ class RLAIFMultiAgentEnv:
             if self.reward_fn.mark == "truth":
                 potential[agent] = sim.truth_potential(self.world, self.params)
         order = agent_order(self.world, len(self.possible_agents))
-        outcomes = step_agents(self.world, self.accounts, batches, self.params, order)
+        outcomes = step_agents(self.world, self.accounts, batches, self.params, order, compiled=self.compiled)
         position = np.argsort(order[0])
         obs, rewards, terms, truncs, infos = {}, {}, {}, {}, {}
         truncated = bool(self.world.tick[0] >= self.params.num_ticks)

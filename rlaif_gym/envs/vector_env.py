@@ -120,7 +120,7 @@ class RLAIFVectorEnv(VectorEnv):
         for i in idx:
             if seeds[i] is not None:
                 self._rngs[i] = seeding.np_random(seeds[i])[0]
-        fresh = sim.reset(self.params, np.concatenate([sim.draw_keys(self._rngs[i], 1) for i in idx]))
+        fresh = self.core.fresh_worlds(np.concatenate([sim.draw_keys(self._rngs[i], 1) for i in idx]))
         self.core.state.put(idx, fresh)
         self._autoreset[idx] = False
         if self._behavior is not None:
@@ -161,7 +161,7 @@ class RLAIFVectorEnv(VectorEnv):
         if self._autoreset.any():
             idx = np.nonzero(self._autoreset)[0]
             keys = np.concatenate([sim.draw_keys(self._rngs[i], 1) for i in idx])
-            fresh = sim.reset(self.params, keys)
+            fresh = self.core.fresh_worlds(keys)
             self.core.state.put(idx, fresh)
             if self._behavior is not None:
                 self._behavior.reset(idx)

@@ -463,7 +463,7 @@ class RLAIFSB3VecEnv(VecEnv):
             infos.append(info)
         if done.any():
             idx = np.nonzero(done)[0]
-            fresh = sim.reset(self.params, self._keys(idx, [None] * len(idx)))
+            fresh = self.core.fresh_worlds(self._keys(idx, [None] * len(idx)))
             state.put(idx, fresh)
             if self._behavior is not None:
                 self._behavior.reset(idx)

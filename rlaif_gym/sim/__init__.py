@@ -1,8 +1,10 @@
-"""The Babylon-style world core: batched numpy arrays, numpy and the standard library only.
+"""The Babylon-style world core: a batch of worlds as numpy arrays, and the rules that reset and step them.
 
-Nothing here imports gymnasium, pydantic or any LLM code (a test walks the imports).
+The rules are written once, per world (`sim.rules`): compiled by numba, or run as Python where it is missing and
+for ``backend="numpy"``. Nothing here imports gymnasium, pydantic or any LLM code (a test walks the imports).
 """
 
+from .accounting import equity, exposure, liquidation_value, share_value, truth_potential, unrealized_pnl
 from .actions import (
     ACTION_TYPES,
     Action,
@@ -12,20 +14,10 @@ from .actions import (
     ResolvedAction,
     error_message,
     normalize_action,
-)
-from .engine import (
-    StepOutcome,
-    equity,
-    exposure,
-    liquidation_value,
-    npc_behaviours,
-    reset,
     resolve_action,
-    share_value,
-    step,
-    truth_potential,
-    unrealized_pnl,
 )
+from .constants import npc_behaviours
+from .packing import StepOutcome
 from .params import (
     GROUP_NAMES,
     NEWS_SOURCES,
@@ -40,6 +32,7 @@ from .params import (
 )
 from .pricing import buy_shares, sell_proceeds, yes_price
 from .rng import draw_keys
+from .rules import reset, step
 from .state import FEED_LENGTH, GROUND_TRUTH_FIELDS, WorldState
 
 __all__ = [

@@ -1,13 +1,13 @@
 """The compile plumbing of the world kernels: numba's decorators with the cache where it belongs, the first-call
 notice, the packed-buffer view intrinsic, and the call variant (a second copy of a kernel whose small helpers are
-real calls). What a kernel computes lives in `sim.fast`; how it is compiled lives here.
+real calls). What a kernel computes lives in `sim.rules`; how it is compiled lives here.
 
 Kernels compile on first use, once per machine (30-90 s on 2 cores; `compile_notice` says so), and are cached in
 `kernel_cache_dir()`: the user cache (`rlaif_gym.sim.paths.user_cache_dir`, moved with ``$RLAIF_GYM_CACHE``) under a
 digest of every source a kernel freezes at compile time (this package's `sim` modules, `encoding/fast.py` and
 `mask.py`, `envs/fused.py`) and of the numba and Python versions. numba's own cache checks only the timestamp of
 the file that defines a function, so a kernel that inlines helpers from another module (the fused step inlines
-`sim.fast`'s) would otherwise keep running stale code after that module changes. ``$NUMBA_CACHE_DIR``, when set,
+`sim.rules`'s) would otherwise keep running stale code after that module changes. ``$NUMBA_CACHE_DIR``, when set,
 is numba's and wins.
 """
 
@@ -27,18 +27,22 @@ from pathlib import Path
 
 from .paths import user_cache_dir
 
-try:  # a core dependency, but the numpy engine stays usable where numba cannot be installed
+try:  # a core dependency, but where numba cannot be installed the rules run as Python
     import numba
 except ImportError:  # pragma: no cover - exercised only where numba is absent
     numba = None
 
 __all__ = ["available", "call_variant", "compile_notice", "jit", "jit_flat", "jit_inline", "jit_phase", "jit_view",
-           "kernel_cache_dir", "kernel_sources", "view"]
+           "kernel_cache_dir", "kernel_sources", "python_twin", "view"]
 
 COMPILE_NOTICE_AFTER_S = 2.0
 """Where numba's cache cannot be inspected: a first call still running after this many seconds is compiling."""
 _noticed = False
-_KERNEL_NAMES = {"rlaif_gym.sim.fast.kernel_calls": "world step",
+_KERNEL_NAMES = {"rlaif_gym.sim.rules.kernel_calls": "world step",
+                 "rlaif_gym.sim.rules._open_first_markets_calls": "world reset",
+                 "rlaif_gym.sim.rules._equities_calls": "equity kernel",
+                 "rlaif_gym.sim.rules._act_all_calls": "multi-agent action stage",
+                 "rlaif_gym.sim.rules._tick_stage_calls": "multi-agent tick stages",
                  "rlaif_gym.envs.fused._fused": "fused step (world, reward, observation)",
                  "rlaif_gym.encoding.fast.kernel": "observation encoder"}
 
@@ -114,7 +118,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 
 def kernel_sources() -> list[Path]:
     """Every file whose code or constants a compiled kernel freezes: the sim package, the compiled encoder and
-    action mask, and the fused step (they inline this module's helpers and read the engine's constants)."""
+    action mask, and the fused step (they inline the rules' helpers and read their constants)."""
     return sorted([*(_PACKAGE / "sim").glob("*.py"), *(_PACKAGE / "encoding" / name for name in ("fast.py", "mask.py")),
                    _PACKAGE / "envs" / "fused.py"])
 
@@ -240,8 +244,8 @@ view = (_view_intrinsic() or jit_view(_slice_view)) if numba is not None else _s
 """view(buf, offset, shape): a C-contiguous `shape` view of buf[offset:] inside compiled code, no copy."""
 
 
-def call_variant(namespace: dict, entry: str, flat: tuple[str, ...], helpers: tuple[dict, ...] = ()):
-    """A second compiled copy of the world step, entered at `entry`, whose small helpers are real calls.
+def call_variant(namespace: dict, flat: tuple[str, ...], helpers: tuple[dict, ...] = ()) -> dict:
+    """A second compiled copy of the world step's kernels, whose small helpers are real calls.
 
     Why: numba inlines a `jit_inline` helper by copying it into every call site of its caller's IR, and
     types the copy again: that is most of the world kernel's compile time (the world step inlines about 100
@@ -254,10 +258,10 @@ def call_variant(namespace: dict, entry: str, flat: tuple[str, ...], helpers: tu
 
     `namespace` is the globals of the module that defines the kernel and its phases; `helpers` the globals of the
     modules whose `jit_inline` helpers it imports under their own names (`sim._scalars`); `flat` names the
-    functions copied as standalone kernels (the entry among them); returns the copy of `entry`.
+    functions copied as standalone kernels; returns their copies by name.
     """
     if numba is None:
-        return namespace[entry]
+        return {name: namespace[name] for name in flat}
     names = dict(namespace)
 
     def copy(fn, suffix: str, globals_: dict):
@@ -274,6 +278,43 @@ def call_variant(namespace: dict, entry: str, flat: tuple[str, ...], helpers: tu
     for name in flat:
         fn = namespace[name]
         names[name] = njit(copy(getattr(fn, "py_func", fn), "_calls", names), _nrt=False)
-    return names[entry]
+    return {name: names[name] for name in flat}
 
 
+
+
+def python_twin(fn):
+    """The Python function a compiled function is made of, calling the Python functions of the compiled functions
+    it reaches: the same source run by the interpreter (what ``backend="numpy"`` runs; where numba is missing, the
+    decorators above return their functions unchanged and every call is this already).
+
+    Each module the twin reaches gets a copy of its globals in which every compiled function is its Python twin and
+    `view` is `_slice_view`, so nothing compiles. Returns `fn` itself where numba is missing."""
+    if numba is None or not isinstance(fn, numba.core.dispatcher.Dispatcher):
+        return fn
+    copies: dict[int, types.FunctionType] = {}
+    namespaces: dict[int, dict] = {}
+    unfilled: list[dict] = []
+
+    def twin(dispatcher) -> types.FunctionType:
+        if id(dispatcher) not in copies:
+            py = dispatcher.py_func
+            home = py.__globals__
+            if id(home) not in namespaces:
+                namespaces[id(home)] = dict(home)
+                unfilled.append(home)
+            dup = types.FunctionType(py.__code__, namespaces[id(home)], py.__name__, py.__defaults__, py.__closure__)
+            dup.__doc__, dup.__qualname__ = py.__doc__, py.__qualname__
+            copies[id(dispatcher)] = dup
+        return copies[id(dispatcher)]
+
+    entry = twin(fn)
+    while unfilled:
+        home = unfilled.pop()
+        names = namespaces[id(home)]
+        for name, value in home.items():
+            if value is view:
+                names[name] = _slice_view
+            elif isinstance(value, numba.core.dispatcher.Dispatcher):
+                names[name] = twin(value)
+    return entry

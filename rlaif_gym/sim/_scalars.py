@@ -1,19 +1,20 @@
-"""The world kernels' scalar arithmetic, with numpy's semantics: what `sim.fast`'s rules compute with.
+"""The world kernels' scalar arithmetic, with numpy's semantics: what `sim.rules`'s rules compute with.
 
-The compiled world step (`sim.fast`) must give the numpy reference (`sim.engine`) its bits, so the arithmetic the
-rules share is written here once, for one world's scalars, as numpy evaluates it:
+The rules (`sim.rules`) compute, one world at a time, what numpy would compute on the arrays of a batch (the
+accounting of `sim.accounting`, and the frozen numpy engine the tests hold them to), to the bit; so the arithmetic
+they share is written here once, for one world's scalars, as numpy evaluates it:
 - `fmax`, `fmin` propagate NaN as np.maximum and np.minimum do; `isfinite` is np.isfinite;
 - `_psum` reproduces numpy's reduction order along a contiguous last axis (pairwise: 8 accumulators from 8 terms
   on); sums along any other axis are plain left-to-right loops where they are used;
 - random draws are `sim.rng`'s counter-based SplitMix64 hash with its own constants, drawn one number at a time
-  (`_uniform_at`: a tick draws only what it uses and still matches the engine's full draw);
+  (`_uniform_at`: a tick draws only what it uses and still matches a full row of `rng.uniforms`);
 - the market maker's formulas are `sim.pricing`'s own functions, compiled for scalars (`_buy_shares`,
   `_sell_proceeds`), so the CPMM is written once;
-- the accounting (`equity`, `exposure` and their parts) is `engine.equity` / `engine.exposure` for one world.
+- the accounting (`equity`, `exposure` and their parts) is `sim.accounting`'s for one world.
 
 Every helper is a `jit_inline` function: inlined into the kernels of the numeric face, a real call in the text
-face's copy of the world step (`sim._jit.call_variant`). The underscored names are the kernels' own (`sim.fast`
-imports them); `fmax`, `fmin`, `isfinite`, `equity` and `exposure` are part of `sim.fast`'s kernel surface.
+face's copy of the world step (`sim._jit.call_variant`). The underscored names are the kernels' own (`sim.rules`
+imports them); `fmax`, `fmin`, `isfinite`, `equity` and `exposure` are part of `sim.rules`'s kernel surface.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def _mix(x):
 @jit_inline
 def _uniform_at(key, base, j):
     """The j-th of rng.uniforms(key, stream), where base = stream * 2**16. The generator is counter-based,
-    so the kernel draws only the numbers a tick uses and still matches the engine's full draw."""
+    so the kernel draws only the numbers a tick uses and still matches the full row."""
     c = base + _U64(j)
     x = _mix(key ^ _mix(c * _GOLDEN + _GOLDEN))
     return float(x >> _SH11) * _TO_UNIT
@@ -114,13 +115,13 @@ def _fee(fee_rate, min_fee, gross):
     return fmax(fee_rate * gross, min_fee)
 
 
-# The market maker's formulas are `sim.pricing`'s own, compiled for scalars: the numpy engine calls the same two
+# The market maker's formulas are `sim.pricing`'s own, compiled for scalars: `sim.accounting` calls the same two
 # functions on arrays, so the CPMM is written once.
 _buy_shares = jit_inline(pricing.buy_shares)
 _sell_proceeds = jit_inline(pricing.sell_proceeds)
 
 
-# Accounting (engine.share_value / liquidation_value / equity / exposure for one world)
+# Accounting (`sim.accounting`'s share_value / liquidation_value / equity / exposure for one world)
 
 
 @jit_inline
@@ -133,7 +134,7 @@ def _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf):
 
 @jit_inline
 def _net_sale(same, other, sh, fee_rate, min_fee):
-    """engine._net_sale for one holding: sell_proceeds, less the fee, never below 0 (0 for no shares)."""
+    """What one holding would fetch if sold now: sell_proceeds, less the fee, never below 0 (0 for no shares)."""
     if sh == 0.0:
         return 0.0
     gross = _sell_proceeds(same, other, sh)[0]

@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import InvalidActionError
+from .params import GROUP_NAMES, NPC_ROSTER, PERP_TICKERS, WorldParams, npc_name
+from .state import WorldState
 
 __all__ = [
     "ACTION_TYPES",
@@ -32,6 +34,7 @@ __all__ = [
     "ResolvedAction",
     "error_message",
     "normalize_action",
+    "resolve_action",
 ]
 
 
@@ -304,7 +307,7 @@ def normalize_action(data: Mapping[str, Any]) -> Action:
 class ResolvedAction(NamedTuple):
     """One world's row of an `ActionBatch`: a canonical action with its ids looked up in the state.
 
-    What `engine.resolve_action` returns. It is a tuple, so code that unpacks or indexes the eight fields
+    What `resolve_action` returns. It is a tuple, so code that unpacks or indexes the eight fields
     keeps working; the fields are `ActionBatch`'s of the same names.
     """
 
@@ -372,7 +375,7 @@ class ActionBatch:
     def from_actions(cls, actions: Sequence[Action | None], resolve) -> ActionBatch:
         """Build a batch from canonical actions; `resolve(world, action)` gives the `ResolvedAction` per world.
 
-        See `engine.resolve_action`, which looks ids up in the state.
+        See `resolve_action`, which looks ids up in the state.
         """
         return cls.from_rows([resolve(b, a) for b, a in enumerate(actions)])
 
@@ -386,3 +389,77 @@ class ActionBatch:
             leverage=np.asarray(cols[4], np.float64), pre_error=np.asarray(cols[5], np.int64),
             pre_a=np.asarray(cols[6], np.float64), pre_b=np.asarray(cols[7], np.float64),
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Canonical actions → batch rows (id lookup against the current state)
+
+
+def _lookup_market(state: WorldState, b: int, ref: str) -> tuple[int, int]:
+    """(slot, error) for a market reference: "market-<serial>", a bare serial, or "slot:<i>"."""
+    text = ref.strip().lower()
+    if text.startswith("slot:"):
+        slot = int(text[5:]) if text[5:].isdigit() else -1
+        return (slot, ErrorCode.OK) if 0 <= slot < state.pm_serial.shape[1] else (slot, ErrorCode.UNKNOWN_MARKET)
+    digits = text.removeprefix("market-").removeprefix("market").removeprefix("#").strip()
+    if not digits.isdigit():
+        return -1, ErrorCode.UNKNOWN_MARKET
+    serial = int(digits)
+    hits = np.nonzero(state.pm_serial[b] == serial)[0]
+    if len(hits):
+        return int(hits[0]), ErrorCode.OK
+    return -1, ErrorCode.MARKET_CLOSED if serial < state.next_serial[b] else ErrorCode.UNKNOWN_MARKET
+
+
+def _lookup_name(ref: str, names: list[str], prefix: str) -> int:
+    text = ref.strip().lower()
+    for i, name in enumerate(names):
+        if text in (name.lower(), f"{prefix}-{i}", f"{prefix}{i}", str(i)):
+            return i
+    return -1
+
+
+def resolve_action(state: WorldState, params: WorldParams, b: int, action: Action | None) -> ResolvedAction:
+    """Turn a canonical action for world `b` into an `ActionBatch` row, looking ids up in the state.
+
+    Returns a `ResolvedAction` (kind, target, side, amount, leverage, pre_error, pre_a, pre_b); unknown ids
+    become a pre_error so that the step reports them without changing the state. None is a wait.
+    """
+    if action is None or action.type == "wait":
+        return ResolvedAction.wait()
+    kind = ActionType[action.type.upper()]
+    target, side, amount, lev, code = 0, 0, 0.0, 1.0, ErrorCode.OK
+    if kind in (ActionType.BUY_PREDICTION, ActionType.SELL_PREDICTION):
+        target, code = _lookup_market(state, b, action.market or "")
+        side = 0 if action.outcome == "YES" else 1
+        amount = float(action.amount if kind == ActionType.BUY_PREDICTION else action.shares)
+    elif kind in (ActionType.OPEN_PERP, ActionType.CLOSE_PERP):
+        tickers = list(PERP_TICKERS[: params.num_perps])
+        if action.ticker is not None:
+            target = _lookup_name(action.ticker, tickers, "perp")
+        else:
+            ref = (action.position_id or "").lower().removeprefix("pos-")
+            serials = state.pos_serial[b]
+            target = next((t for t in range(params.num_perps)
+                           if ref.isdigit() and state.pos_side[b, t] != 0 and serials[t] == int(ref)), -1)
+            code = ErrorCode.OK if target >= 0 else ErrorCode.UNKNOWN_POSITION
+        if target < 0 and code == ErrorCode.OK:
+            code = ErrorCode.UNKNOWN_TICKER
+        side = 0 if action.side in (None, "LONG") else 1
+        amount = float(action.size or 0.0)
+        lev = float(action.leverage if action.leverage is not None else 1.0)
+    elif kind == ActionType.JOIN_GROUP:
+        target = _lookup_name(action.group or "", [n for n, _ in GROUP_NAMES[: params.num_groups]], "group")
+        code = ErrorCode.OK if target >= 0 else ErrorCode.UNKNOWN_GROUP
+    elif kind in (ActionType.CREATE_POST, ActionType.SEND_DM):
+        if not (action.content or "").strip():
+            code = ErrorCode.EMPTY_CONTENT
+        if kind == ActionType.SEND_DM:
+            names = [NPC_ROSTER[i % len(NPC_ROSTER)][0] for i in range(params.num_npcs)]
+            target = _lookup_name(action.recipient or "", names, "agent")
+            if target < 0:  # the display name the prompt's feed shows ("Satoshi Nakamotoe")
+                target = _lookup_name(action.recipient or "", [npc_name(i) for i in range(params.num_npcs)],
+                                      "agent")
+            if target < 0 and code == ErrorCode.OK:
+                code = ErrorCode.UNKNOWN_RECIPIENT
+    return ResolvedAction(kind, max(target, 0), side, amount, lev, code, float(target), 0.0)

@@ -3,13 +3,13 @@
 A state read from outside the process (a snapshot token, a dataset row) must be one the world could reach,
 or its episode may leave float range a few ticks later (a holding of 1e308 shares sells for NaN). The state
 validator (`sim.validate`) refuses any value beyond the bounds derived here, once, from the params and the
-rules' own constants (the engine's draw ranges, decays and signal weights, `rng.NORMAL_MAX`). Each bound is
+rules' own constants (`sim.constants`: draw ranges, decays and signal weights, `rng.NORMAL_MAX`). Each bound is
 the worst case of every tick in a row (the largest perp move every tick at full leverage, every market slot
 reopening every tick): far above what any episode reaches, so no real state is refused, and for any config
-in common use far below where the engine's arithmetic could overflow in the rest of the episode.
+in common use far below where the rules' arithmetic could overflow in the rest of the episode.
 
 Where a config's worst case itself leaves float range (hundreds of thousands of ticks at the largest
-volatility), the bounds stop at `MAX_USD` and `MAX_LOG_PRICE`: beyond them the engine's own products (an
+volatility), the bounds stop at `MAX_USD` and `MAX_LOG_PRICE`: beyond them the rules' own products (an
 amount times an amount, a notional times a price ratio) could overflow.
 
 Units: USD (a share pays at most 1 USD, so shares share the USD bound), ticks, natural-log price ratios.
@@ -21,18 +21,18 @@ import math
 
 import numpy as np
 
-from .engine import (
-    _FUNDING_CAP,
-    _GROUP_WEIGHT,
-    _LEAK_WEIGHT,
-    _NARRATIVE_LEAD,
-    _NARRATIVE_MOVE,
-    _OPENING_PRICE,
-    _PERP_NEWS_DECAY,
-    _PERP_START_SPREAD,
-    _SIGNAL_DECAY,
-    _SOURCE_WEIGHT,
-    _TRUTH,
+from .constants import (
+    FUNDING_CAP,
+    GROUP_WEIGHT,
+    LEAK_WEIGHT,
+    NARRATIVE_LEAD,
+    NARRATIVE_MOVE,
+    OPENING_PRICE,
+    PERP_NEWS_DECAY,
+    PERP_START_SPREAD,
+    SIGNAL_DECAY,
+    SOURCE_WEIGHT,
+    TRUTH,
 )
 from .params import PERP_BASE_PRICES, WorldParams
 from .rng import NORMAL_MAX
@@ -59,21 +59,21 @@ price ratio within `MAX_LOG_PRICE`, stay far inside float range."""
 MAX_LOG_PRICE = 100.0
 """The widest a perp's price may stray from its base price, as |log(price / base)| (a ratio of e^100)."""
 
-FUNDING_CAP = _FUNDING_CAP
+FUNDING_CAP = FUNDING_CAP
 """The largest |funding rate| per interval (a fraction of notional)."""
-TRUTH_RANGE = (_TRUTH[0], _TRUTH[0] + _TRUTH[1])
+TRUTH_RANGE = (TRUTH[0], TRUTH[0] + TRUTH[1])
 """The range of a market's hidden true probability p*."""
-NARRATIVE_LEAD_MAX = _NARRATIVE_LEAD[0] + _NARRATIVE_LEAD[1] - 1
+NARRATIVE_LEAD_MAX = NARRATIVE_LEAD[0] + NARRATIVE_LEAD[1] - 1
 """The most ticks between a narrative's start and its event."""
-NARRATIVE_MOVE_MAX = _NARRATIVE_MOVE[0] + _NARRATIVE_MOVE[1]
+NARRATIVE_MOVE_MAX = NARRATIVE_MOVE[0] + NARRATIVE_MOVE[1]
 """The largest log-return of a narrative's event."""
 REPUTATION_MAX = 100.0
 """Reputations (the agent's and the NPCs') are clipped into [0, 100]."""
 SIGNAL_MAX = {
-    "news_acc": float(np.abs(_SOURCE_WEIGHT).max()) / (1.0 - _SIGNAL_DECAY),
-    "post_acc": 1.0 / (1.0 - _SIGNAL_DECAY),
-    "group_acc": float(np.abs(_GROUP_WEIGHT).max()) / (1.0 - _SIGNAL_DECAY),
-    "perp_news_acc": abs(_LEAK_WEIGHT) / (1.0 - _PERP_NEWS_DECAY),
+    "news_acc": float(np.abs(SOURCE_WEIGHT).max()) / (1.0 - SIGNAL_DECAY),
+    "post_acc": 1.0 / (1.0 - SIGNAL_DECAY),
+    "group_acc": float(np.abs(GROUP_WEIGHT).max()) / (1.0 - SIGNAL_DECAY),
+    "perp_news_acc": abs(LEAK_WEIGHT) / (1.0 - PERP_NEWS_DECAY),
 }
 """The largest |value| of each decayed evidence sum: at most one item of the largest weight a tick (a post's
 weight is its author's credibility, at most 1), decayed every tick, adds up to weight / (1 - decay)."""
@@ -112,12 +112,12 @@ def money(params: WorldParams, tick: np.ndarray) -> np.ndarray:
 def perp_price_range(params: WorldParams, tick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The lowest and highest price of each perp at `tick` (B,), as (low, high), each of shape (B, P), USD.
 
-    A perp starts within `_PERP_START_SPREAD` x NORMAL_MAX of its base price (in log) and moves at most
+    A perp starts within `PERP_START_SPREAD` x NORMAL_MAX of its base price (in log) and moves at most
     `perp_move` a tick; its moving average and an entry price lie in the same range. Capped at
     `MAX_LOG_PRICE`.
     """
     t = np.asarray(tick, dtype=np.float64)[:, None]
-    width = np.minimum(_PERP_START_SPREAD * NORMAL_MAX + perp_move(params) * t, MAX_LOG_PRICE)
+    width = np.minimum(PERP_START_SPREAD * NORMAL_MAX + perp_move(params) * t, MAX_LOG_PRICE)
     base = np.log(np.array(PERP_BASE_PRICES[: params.num_perps]))[None, :]
     return np.exp(base - width), np.exp(base + width)
 
@@ -126,15 +126,15 @@ def pool_min(params: WorldParams, most: np.ndarray) -> np.ndarray:
     """The smallest a market's pool can be when the other holds at most `most` shares, shares.
 
     Trades keep the pools' product k (the CPMM's invariant) at what a market opened with,
-    4 x market_liquidity^2 x p0 (1 - p0), and the opening price p0 lies in `_OPENING_PRICE`.
+    4 x market_liquidity^2 x p0 (1 - p0), and the opening price p0 lies in `OPENING_PRICE`.
     """
-    low = _OPENING_PRICE[0]
-    high = low + _OPENING_PRICE[1]
+    low = OPENING_PRICE[0]
+    high = low + OPENING_PRICE[1]
     p = min(low, 1.0 - high)  # p (1 - p) is smallest at the range's end nearest 0 or 1
     return 4.0 * params.market_liquidity**2 * p * (1.0 - p) / most
 
 
 def house_shares_max(params: WorldParams) -> float:
     """The most shares the house gets when it seeds a market (the two pools' difference at the opening price)."""
-    low = _OPENING_PRICE[0]
-    return 2.0 * params.market_liquidity * max(1.0 - 2.0 * low, 2.0 * (low + _OPENING_PRICE[1]) - 1.0)
+    low = OPENING_PRICE[0]
+    return 2.0 * params.market_liquidity * max(1.0 - 2.0 * low, 2.0 * (low + OPENING_PRICE[1]) - 1.0)

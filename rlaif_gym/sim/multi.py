@@ -1,10 +1,10 @@
 """Several learning agents in one world: per-agent accounts around the shared market state.
 
-The single-agent engine keeps the agent's account (cash, shares, perp positions, group
+The single-agent world keeps the agent's account (cash, shares, perp positions, group
 memberships, social counters) in the `WorldState` next to the shared world (pools, perps, NPCs,
 feeds). Here A agents share each world: their accounts live in `Accounts` (arrays with a leading
-agent dimension), and a tick loads one account at a time into the state and runs the engine's own
-functions on it, so there is still one implementation of every rule.
+agent dimension), and a tick loads one account at a time into the state and runs the world step's own
+phases on it (`sim.rules`'s stages: compiled, or as Python), so there is still one text of every rule.
 
 Order of a multi-agent tick (each world independently):
 
@@ -13,13 +13,13 @@ Order of a multi-agent tick (each world independently):
    it is reproducible, cannot be gamed by agent id, and every agent is first equally often on
    average. Each order executes against the pools as the previous agents left them: a large order
    moves the price the next agent pays.
-2. **The world's tick once** (`engine.tick`): perp prices, NPC trades, news, resolutions. Funding,
-   liquidations and resolution payouts are applied to every account in agent-index order.
+2. **The world's tick once** (`sim.rules.tick_stage`, in the step's order): perp prices, NPC trades, news,
+   resolutions. Funding, liquidations and resolution payouts are applied to every account in agent-index order.
 
 Orders are sized when they are decided (at the start of the tick, from the agent's own account and
 the prices it observed); only execution is sequential. Each agent's `pnl_delta` covers the whole
 tick: its own fill, the other agents' price impact on its holdings, and the world's move.
-With A = 1 the result is bit-identical to `engine.step` (a test checks it).
+With A = 1 the result is bit-identical to `sim.step` (a test checks it).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import engine, rng
+from . import rng, rules
 from .actions import ActionBatch
+from .packing import OUT_B, OUT_F, OUT_I, StepOutcome, outcome_of
 from .params import WorldParams
 from .state import WorldState
 
@@ -103,7 +104,7 @@ def _select(batches: list[ActionBatch], agents: np.ndarray) -> ActionBatch:
 
 
 def step_agents(state: WorldState, accounts: Accounts, actions: list[ActionBatch], params: WorldParams,
-                order: np.ndarray | None = None) -> list[engine.StepOutcome]:
+                order: np.ndarray | None = None, *, compiled: bool = True) -> list[StepOutcome]:
     """One tick of B worlds shared by A agents; returns one `StepOutcome` per agent (each over B worlds).
 
     Args:
@@ -111,50 +112,55 @@ def step_agents(state: WorldState, accounts: Accounts, actions: list[ActionBatch
         accounts: the agents' accounts, updated in place.
         actions: one `ActionBatch` per agent (decoded against that agent's own account).
         order: (B, A) execution order; default `agent_order(state, A)`.
+        compiled: run the phases compiled (numba), or as Python (``backend="numpy"``).
     """
     n = accounts.num_agents
     if len(actions) != n:
         raise ValueError(f"step_agents needs one ActionBatch per agent: {n} agents, got {len(actions)} batches")
     order = agent_order(state, n) if order is None else np.asarray(order)
-    eq0 = []
-    for a in range(n):  # every agent's equity before the tick, before anyone acts
-        accounts.load(state, a)
-        eq0.append(engine.equity(state, params))
+
+    def each_account(run):
+        results = []
+        for a in range(n):
+            accounts.load(state, a)
+            results.append(run())
+            accounts.save(state, a)
+        return results
+
+    eq0 = each_account(lambda: rules.equities(state, params, compiled=compiled))  # before anyone acts
     rounds = []
     for r in range(n):
         who = order[:, r]
         accounts.load(state, who)
-        rounds.append(engine._act(state, params, _select(actions, who)))
+        rounds.append(rules.act(state, _select(actions, who), params, compiled=compiled))
         accounts.save(state, who)
+    worlds = np.arange(state.batch_size)
     position = np.argsort(order, axis=1)  # position[b, a]: the round in which agent a acted in world b
-    phases = [_gather(rounds, position[:, a], eq0[a]) for a in range(n)]
+    lmove = np.empty((state.batch_size, params.num_markets))
+    rules.tick_stage(rules.STAGE_PERPS, state, params, lmove, lmove, compiled=compiled)
+    liquidated = each_account(lambda: rules.tick_stage(rules.STAGE_FUNDING, state, params, lmove, lmove,
+                                                      compiled=compiled)[0])
+    rules.tick_stage(rules.STAGE_FEED, state, params, lmove, lmove, compiled=compiled)
+    paid = []
 
-    def each_account(fn):
-        results = []
-        for a in range(n):
-            accounts.load(state, a)
-            results.append(fn())
-            accounts.save(state, a)
-        return results
+    def pay():
+        ap = np.empty_like(lmove)
+        paid.append(ap)
+        return rules.tick_stage(rules.STAGE_PAY, state, params, lmove, ap, compiled=compiled)
 
-    liquidated, payouts, resolved = engine.tick(state, params, each_account)
+    payouts = each_account(pay)
+    total = paid[0] if n == 1 else np.sum(paid, axis=0)  # every account's payout by market, in agent order
+    rules.tick_stage(rules.STAGE_SETTLE, state, params, lmove, total, compiled=compiled)
+    eq1 = each_account(lambda: rules.equities(state, params, compiled=compiled))
     outcomes = []
     for a in range(n):
-        accounts.load(state, a)
-        outcomes.append(engine._outcome(phases[a], engine.equity(state, params), liquidated[a], resolved, payouts[a],
-                                        params))
+        out_f, out_i, out_b = (np.stack([x[i] for x in rounds])[position[:, a], :, worlds].T for i in range(3))
+        out_f[OUT_F.index("equity_before")] = eq0[a]
+        out_f[OUT_F.index("equity_after")] = eq1[a]
+        out_f[OUT_F.index("pnl_delta")] = eq1[a] - eq0[a]
+        out_f[OUT_F.index("payout")] = payouts[a][1]
+        out_i[OUT_I.index("resolved")] = payouts[a][0]
+        out_i[OUT_I.index("liquidated")] = liquidated[a]
+        out_b[OUT_B.index("bankrupt")] = eq1[a] < params.min_fee
+        outcomes.append(outcome_of(out_f, out_i, out_b))
     return outcomes
-
-
-def _gather(rounds: list, rounds_of: np.ndarray, eq0: np.ndarray) -> engine._ActionPhase:
-    """One agent's action results: world b's from the round `rounds_of[b]` in which it acted there."""
-    worlds = np.arange(len(rounds_of))
-
-    def pick(get):
-        return np.stack([get(x) for x in rounds])[rounds_of, worlds]
-
-    r = engine._Result(ActionBatch.waits(len(worlds)))
-    for name in ("err", "ea", "eb", "shares", "usd", "fee"):
-        setattr(r, name, pick(lambda x, name=name: getattr(x.r, name)))
-    return engine._ActionPhase(eq0=eq0, r=r, success=pick(lambda x: x.success), added=pick(lambda x: x.added),
-                               lev=pick(lambda x: x.lev), exposure_ratio=pick(lambda x: x.exposure_ratio))

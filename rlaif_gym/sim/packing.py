@@ -21,16 +21,17 @@ import functools
 import itertools
 import math
 import operator
+from dataclasses import dataclass
 
 import numpy as np
 
-from . import engine
 from ._jit import jit_view, view  # noqa: F401 (`view` is read by the exec-built `state_views`)
+from .constants import GROUP_WEIGHT, LEAK_WEIGHT, NEWS_SOURCE_PROBS, SOURCE_WEIGHT, npc_behaviours
 from .params import GROUP_NAMES, NEWS_SOURCES, WorldParams
 from .state import WorldState, field_specs
 
-__all__ = ["CF", "CF_OFFSET", "COLUMNS", "OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STATE_FIELDS", "WorldArrays",
-           "outcome_of", "packed", "packed_copy", "param_arrays", "state_views"]
+__all__ = ["CF", "CF_OFFSET", "COLUMNS", "OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STATE_FIELDS", "StepOutcome",
+           "WorldArrays", "draw_columns", "outcome_of", "packed", "packed_copy", "param_arrays", "state_views"]
 
 WorldArrays = collections.namedtuple("WorldArrays", [spec.name for spec in field_specs()])
 """The WorldState fields as a tuple numba can pass around (built from a packed state by `state_views`)."""
@@ -133,7 +134,18 @@ PF = ("fee_rate", "min_fee", "min_order", "max_leverage", "perp_volatility", "ne
       "npc_trade_rate", "narrative_rate", "market_liquidity")
 """The float parameters (pf), in this order."""
 COLUMNS = ("perp", "narr", "leak", "news", "post", "tip", "npc")
-"""The phases with per-tick uniform draws, whose column offsets end pi (`engine._Cols`'s own layout)."""
+"""The phases with per-tick uniform draws, in the order of their columns (`draw_columns`), whose offsets end pi."""
+
+
+@functools.lru_cache(maxsize=32)
+def draw_columns(params: WorldParams) -> dict[str, int]:
+    """Where each phase's per-tick uniform draws start in a tick's draw row (fixed per params, so each phase keeps its
+    own draws whatever another phase uses): perps 2 per perp, narrative 5, leak 2, news 4, post 4, tips 3 per group
+    chat, NPC trades 6 per NPC."""
+    p, g, k = params.num_perps, params.num_groups, params.num_npcs
+    sizes = {"perp": 2 * p, "narr": 5, "leak": 2, "news": 4, "post": 4, "tip": 3 * g, "npc": 6 * k}
+    assert tuple(sizes) == COLUMNS, "a phase with draws must be named in COLUMNS"
+    return dict(zip(COLUMNS, itertools.accumulate(list(sizes.values())[:-1], initial=0), strict=True))
 PI = ("num_markets", "num_perps", "num_npcs", "num_groups", "market_duration_min", "market_duration_max",
       "funding_interval", *(f"col_{name}" for name in COLUMNS))
 """The integer parameters (pi): sizes and periods, then each phase's first draw column (`col_perp`, ...)."""
@@ -144,6 +156,29 @@ zero-padded to 3; the perp leak's weight)."""
 CF = tuple(CF_SIZE)
 CF_OFFSET = dict(zip(CF, itertools.accumulate(list(CF_SIZE.values())[:-1], initial=0), strict=True))
 """Where each table of cf starts."""
+@dataclass
+class StepOutcome:
+    """What one step did, per world. All arrays have shape (B,)."""
+
+    success: np.ndarray  # bool: the agent's action was executed
+    error: np.ndarray  # int64 ErrorCode
+    error_a: np.ndarray  # numbers quoted in the error message
+    error_b: np.ndarray
+    filled_shares: np.ndarray  # shares bought or sold by the action (0 otherwise)
+    filled_usd: np.ndarray  # USD paid (buy), received net of fee (sell), margin posted (open), paid out (close)
+    fee: np.ndarray  # USD fee the action paid
+    equity_before: np.ndarray
+    equity_after: np.ndarray
+    pnl_delta: np.ndarray  # equity_after - equity_before, USD, over the whole transition
+    added_exposure: np.ndarray  # bool: a successful buy or open
+    exposure_ratio: np.ndarray  # gross exposure / equity right after the action
+    leverage_requested: np.ndarray  # leverage of an open_perp (0 otherwise)
+    resolved: np.ndarray  # int64 markets resolved during the tick
+    payout: np.ndarray  # USD paid to the agent by resolutions
+    liquidated: np.ndarray  # int64 agent positions liquidated during the tick
+    bankrupt: np.ndarray  # bool: equity below one minimum fee after the step
+
+
 OUT_F = ("error_a", "error_b", "filled_shares", "filled_usd", "fee", "equity_before", "equity_after", "pnl_delta",
          "exposure_ratio", "leverage_requested", "payout")
 """The float outcome rows (out_f), in `outcome_of`'s order."""
@@ -155,21 +190,21 @@ OUT_B = ("success", "added_exposure", "bankrupt")
 
 @functools.lru_cache(maxsize=32)
 def param_arrays(params: WorldParams):
-    """The kernels' constants for `params`: pf (`PF`), pi (`PI`: sizes, then `engine._Cols` offsets), the NPC
+    """The kernels' constants for `params`: pf (`PF`), pi (`PI`: sizes, then `draw_columns` offsets), the NPC
     behaviours, and cf (the feed tables, `CF`). Read-only: the kernels are specialised on that."""
-    columns = engine._cols(params).offset
+    columns = draw_columns(params)
     pf = np.array([float(getattr(params, n)) for n in PF])
     pi = np.array([int(getattr(params, n)) for n in PI[:-len(COLUMNS)]] + [columns[n] for n in COLUMNS],
                   dtype=np.int64)
-    beh = engine.npc_behaviours(params)
-    src_w = engine._SOURCE_WEIGHT
-    cum = np.cumsum(engine._NEWS_SOURCE_PROBS)
+    beh = npc_behaviours(params)
+    src_w = SOURCE_WEIGHT
+    cum = np.cumsum(NEWS_SOURCE_PROBS)
     rel = np.array([s[1] for s in NEWS_SOURCES])
     grp_w = np.zeros(CF_SIZE["group_weight"])  # zero-padded to the layout's length
-    grp_w[: len(engine._GROUP_WEIGHT)] = engine._GROUP_WEIGHT
+    grp_w[: len(GROUP_WEIGHT)] = GROUP_WEIGHT
     grp_r = np.zeros(CF_SIZE["group_reliability"])
     grp_r[: len(GROUP_NAMES)] = [gname[1] for gname in GROUP_NAMES]
-    tables = dict(zip(CF, (src_w, cum, rel, grp_w, grp_r, [engine._LEAK_WEIGHT]), strict=True))
+    tables = dict(zip(CF, (src_w, cum, rel, grp_w, grp_r, [LEAK_WEIGHT]), strict=True))
     assert all(len(tables[name]) == size for name, size in CF_SIZE.items()), "cf's tables changed size: see CF_SIZE"
     cf = np.concatenate(list(tables.values()))
     for arr in (pf, pi, beh, cf):
@@ -177,12 +212,12 @@ def param_arrays(params: WorldParams):
     return pf, pi, beh, cf
 
 
-def outcome_of(out_f: np.ndarray, out_i: np.ndarray, out_b: np.ndarray) -> engine.StepOutcome:
+def outcome_of(out_f: np.ndarray, out_i: np.ndarray, out_b: np.ndarray) -> StepOutcome:
     """A `StepOutcome` whose arrays are the rows of the kernel's outcome arrays (`OUT_F`, `OUT_I`, `OUT_B` order)."""
     e_a, e_b, shares, usd, fee, eq0, eq1, pnl, ratio, lev, payout = out_f
     error, resolved, liquidated = out_i
     success, added, bankrupt = out_b
-    return engine.StepOutcome(
+    return StepOutcome(
         success=success, error=error, error_a=e_a, error_b=e_b, filled_shares=shares, filled_usd=usd, fee=fee,
         equity_before=eq0, equity_after=eq1, pnl_delta=pnl, added_exposure=added, exposure_ratio=ratio,
         leverage_requested=lev, resolved=resolved, payout=payout, liquidated=liquidated, bankrupt=bankrupt,

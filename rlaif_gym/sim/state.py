@@ -34,7 +34,7 @@ class FieldSpec(NamedTuple):
 
 def _array(dtype: np.dtype, *dims: str, fill: float = 0) -> Any:
     """A `WorldState` field declaration: the one place its dtype, shape and initial value are written (the
-    numpy engine allocates from it, and the compiled backend derives its packed layout and views from it)."""
+    state allocates from it, and the kernels derive their packed layout and views from it)."""
     return field(metadata={"dtype": dtype, "dims": dims, "fill": fill})
 
 
@@ -43,7 +43,7 @@ class WorldState:
     """Every array has the world dimension first. M markets, P perps, K NPCs, G groups, R feed slots.
 
     Each field is declared once, with its dtype, dimensions and initial value (`_array`; read them with
-    `field_specs`): `allocate`, the engine's reset and the compiled backend's packed layout all derive from it.
+    `field_specs`): `allocate`, reset and the kernels' packed layout all derive from it.
     """
 
     # --- clock and randomness
@@ -137,7 +137,7 @@ class WorldState:
     house_cash: np.ndarray = _array(_F)  # USD paid out by the house (market seeding, perp PnL), may be < 0
     fees_collected: np.ndarray = _array(_F)  # USD of every fee, agent's and NPCs'
 
-    # The compiled backend keeps the arrays as views of a few flat buffers (`sim.fast.packed`) and
+    # The compiled backend keeps the arrays as views of a few flat buffers (`sim.rules.packed`) and
     # caches those buffers in `_packed`. The cache is dropped whenever a field is rebound to another
     # array, and never copied or pickled (a copy's arrays are new, so its buffers must be too).
 

@@ -1,4 +1,4 @@
-"""Is a world state read from outside the process one the engine could have made?
+"""Is a world state read from outside the process one the rules could have made?
 
 A snapshot token or a dataset row carries a `WorldState` as plain arrays. Before any kernel reads it,
 `check_state` checks every field: the dtype and shape `reset` gives for these params (the compiled kernels
@@ -20,8 +20,8 @@ from typing import NamedTuple
 import numpy as np
 
 from . import bounds
-from .engine import reset
 from .params import NEWS_SOURCES, WorldParams
+from .rules import reset
 from .state import WorldState
 
 __all__ = ["check_state"]
@@ -201,7 +201,7 @@ together are (a share is a half of a complete set, and each set is 1 USD of coll
 
 
 def _template(params: WorldParams) -> WorldState:
-    return reset(params, np.zeros(1, dtype=np.uint64))
+    return reset(params, np.zeros(1, dtype=np.uint64), compiled=False)
 
 
 def _broadcast(bound, arr: np.ndarray) -> np.ndarray:

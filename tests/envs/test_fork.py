@@ -13,10 +13,10 @@ import pytest
 
 from rlaif_gym import ConfigError, ResetNeeded, RLAIFEnv, RLAIFEnvConfig, RLAIFTextEnv
 from rlaif_gym.envs import RLAIFCore, seed_keys
-from rlaif_gym.sim import fast
+from rlaif_gym.sim import rules
 
 TICKS = 24
-BACKENDS = ["numpy"] + (["numba"] if fast.available() else [])
+BACKENDS = ["numpy"] + (["numba"] if rules.available() else [])
 
 
 def _actions(env: RLAIFEnv, n: int, seed: int) -> list[np.ndarray]:

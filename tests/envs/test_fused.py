@@ -1,9 +1,9 @@
 """The default numeric step is one compiled call (`envs.fused`) and changes nothing but the speed.
 
 Every comparison is against the unfused compiled path (decode, world kernel, reward and encoder run
-one after another), which tests/sim/test_fast.py and test_backend.py tie to the numpy reference:
+one after another), which tests/sim/test_rules.py and test_backend.py tie to the numpy reference:
 observations, rewards, flags and infos must be bit-identical over whole episodes, bankruptcies and
-autoresets included. The packed state the compiled calls take (`sim.fast.packed`) must stay one
+autoresets included. The packed state the compiled calls take (`sim.rules.packed`) must stay one
 with the state's fields: rebinding a field, copying or pickling a state never leaves stale buffers.
 """
 
@@ -23,11 +23,11 @@ import pytest
 
 from rlaif_gym import RLAIFEnv, RLAIFEnvConfig
 from rlaif_gym.errors import InvalidActionError
-from rlaif_gym.sim import _jit, fast
+from rlaif_gym.sim import _jit, rules
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(not fast.available(), reason="numba is not installed")
+pytestmark = pytest.mark.skipif(not rules.available(), reason="numba is not installed")
 
 # High fees on a small account: the churning steps of `_episode_log` go bankrupt (twice in its 260 steps; with
 # shares valued at what selling them returns, a 20 USD account went bankrupt only once).
@@ -137,9 +137,9 @@ def test_packed_buffers_back_the_state_fields_and_follow_rebinding():
     env = RLAIFEnv(num_ticks=20)
     env.reset(seed=1)
     state = env.unwrapped.state
-    fb, ib, _, _, _ = fast.packed(state)
+    fb, ib, _, _, _ = rules.packed(state)
     assert np.shares_memory(state.cash, fb) and np.shares_memory(state.tick, ib)
-    assert fast.packed(state)[0] is fb  # cached
+    assert rules.packed(state)[0] is fb  # cached
     # Rebinding a field drops the cache: the next step must read the new array, not the old buffer.
     twin = RLAIFEnv(num_ticks=20)
     twin.reset(seed=1)
@@ -156,11 +156,11 @@ def test_copies_and_pickles_of_a_packed_state_own_their_arrays():
     env.reset(seed=2)
     env.step(np.array([0, 0, 0, 0]))
     state = env.unwrapped.state
-    fast.packed(state)
+    rules.packed(state)
     for twin in (state.copy(), pickle.loads(pickle.dumps(state))):
         assert "_packed" not in twin.__dict__
         assert not np.shares_memory(twin.cash, state.cash)
-        assert all(np.array_equal(getattr(twin, n), getattr(state, n)) for n in fast.STATE_FIELDS)
+        assert all(np.array_equal(getattr(twin, n), getattr(state, n)) for n in rules.STATE_FIELDS)
     # A branch restored from a snapshot steps like the original (its own buffers, same values).
     branch = env.unwrapped.fork(1)[0]
     act = np.array([3, 1, 3, 1])
@@ -181,7 +181,7 @@ def test_compile_notice_speaks_only_when_the_first_call_is_slow(monkeypatch, wor
     monkeypatch.setattr(_jit, "COMPILE_NOTICE_AFTER_S", 0.05)
     monkeypatch.setattr(_jit, "_noticed", False)
     err = io.StringIO()
-    with redirect_stderr(err), fast.compile_notice(_Dispatcher()):
+    with redirect_stderr(err), rules.compile_notice(_Dispatcher()):
         threading.Event().wait(work_s)
     assert ("compiling the world kernels" in err.getvalue()) is says
     assert ("compiled the world kernels in" in err.getvalue()) is says  # and how long it took
@@ -190,13 +190,13 @@ def test_compile_notice_speaks_only_when_the_first_call_is_slow(monkeypatch, wor
 
 _KERNEL_MODULE = """
 import sys, numba
-from rlaif_gym.sim import fast
+from rlaif_gym.sim import rules
 
 @numba.njit(cache=True)
 def _kernel(x):
     return x + 1
 
-with fast.compile_notice(_kernel):
+with rules.compile_notice(_kernel):
     _kernel(1)
 print("ran")
 """

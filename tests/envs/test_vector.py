@@ -8,10 +8,10 @@ import pytest
 
 from rlaif_gym import ConfigError, InvalidActionError
 from rlaif_gym.envs import RLAIFVectorEnv
-from rlaif_gym.sim import fast
+from rlaif_gym.sim import rules
 
 MODES = ("sync", "async", "vector_entry_point")
-_NUMBA = pytest.mark.skipif(not fast.available(), reason='numba is not installed: pip install "rlaif-gym[fast]"')
+_NUMBA = pytest.mark.skipif(not rules.available(), reason='numba is not installed: pip install "rlaif-gym[fast]"')
 
 
 @pytest.mark.parametrize("kwargs", [{"num_ticks": 25}, {"max_episode_steps": 17},

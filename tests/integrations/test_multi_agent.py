@@ -11,7 +11,7 @@ import pytest
 from rlaif_gym import ConfigError, RLAIFEnv
 from rlaif_gym.encoding import decode_actions
 from rlaif_gym.envs import RLAIFMultiAgentEnv
-from rlaif_gym.sim import engine, multi
+from rlaif_gym.sim import multi, step
 
 pettingzoo = pytest.importorskip("pettingzoo")
 from pettingzoo.test import parallel_api_test, parallel_seed_test  # noqa: E402
@@ -90,7 +90,7 @@ def test_agent_order_is_a_fair_reproducible_permutation():
     assert firsts.min() > 60, f"first-mover counts over 400 ticks: {firsts.tolist()}"
 
 
-def test_one_agent_world_is_bit_identical_to_the_single_agent_engine():
+def test_one_agent_world_is_bit_identical_to_the_single_agent_step():
     env = RLAIFEnv()
     env.reset(seed=9)
     ref, shared = env.state.copy(), env.state.copy()
@@ -98,7 +98,7 @@ def test_one_agent_world_is_bit_identical_to_the_single_agent_engine():
     rng = np.random.default_rng(0)
     for t in range(60):
         act = rng.integers(0, env.action_space.nvec)[None, :]
-        a = engine.step(ref, decode_actions(act, ref, env.params, 2.0), env.params)
+        a = step(ref, decode_actions(act, ref, env.params, 2.0), env.params)
         accounts.load(shared, 0)
         b = multi.step_agents(shared, accounts, [decode_actions(act, shared, env.params, 2.0)], env.params)[0]
         for f in fields(a):

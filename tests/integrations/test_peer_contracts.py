@@ -17,9 +17,9 @@ import rlaif_gym
 from rlaif_gym import ConfigError, InvalidActionError, RLAIFEnv
 from rlaif_gym.envs import RLAIFVectorEnv
 from rlaif_gym.envs.multi_agent import RLAIFMultiAgentEnv
-from rlaif_gym.sim import fast
+from rlaif_gym.sim import rules
 
-_NUMBA = pytest.mark.skipif(not fast.available(), reason='numba is not installed: pip install "rlaif-gym[fast]"')
+_NUMBA = pytest.mark.skipif(not rules.available(), reason='numba is not installed: pip install "rlaif-gym[fast]"')
 N = 4
 
 

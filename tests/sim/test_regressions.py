@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlaif_gym.sim import ActionBatch, NpcBehaviour, WorldParams, reset, step
-from rlaif_gym.sim.engine import npc_behaviours
+from rlaif_gym.sim import ActionBatch, NpcBehaviour, WorldParams, npc_behaviours, reset, step
 
 
 def _money(s):

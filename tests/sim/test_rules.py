@@ -1,16 +1,19 @@
-"""The numba fast path (`rlaif_gym.sim.fast.step`) against the numpy reference (`rlaif_gym.sim.step`).
+"""The world's rules (`rlaif_gym.sim.rules`), compiled and as Python, against the frozen numpy engine they were
+first written in (`engine_oracle`, in tests/support).
 
 Random action sequences over whole episodes (buys, sells of fractions of the holding, opens, closes,
 joins, posts, DMs, and failures of every kind: bad targets, NaN/inf/negative amounts, leverage out of
-range, pre-errors) run through both paths from the same reset; after every step every integer and
-boolean field of the state and the outcome must be equal, and every float field equal or within a
-relative 1e-9 (exp/log/log1p come from different libraries and may differ in the last bit).
+range, pre-errors) run through the oracle, the compiled step and the Python step from the same reset; after every
+step the compiled and Python states and outcomes must be equal bit for bit, and against the oracle every integer
+and boolean field must be equal, and every float field equal or within a relative 1e-9 (exp/log/log1p come from
+different libraries and may differ in the last bit).
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
 
+import engine_oracle as oracle
 import numpy as np
 import pytest
 
@@ -23,14 +26,14 @@ from rlaif_gym.sim import (
     WorldState,
     _jit,
     draw_keys,
-    fast,
     reset,
+    rules,
     step,
 )
 from rlaif_gym.sim.state import FEED_LENGTH, field_specs
 
 pytestmark = [
-    pytest.mark.skipif(not fast.available(), reason="numba is not installed (pip install rlaif-gym[fast])"),
+    pytest.mark.skipif(not rules.available(), reason="numba is not installed (pip install rlaif-gym[fast])"),
     pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
 ]
 
@@ -101,17 +104,29 @@ def _compare(ref_state, fast_state, ref_out, fast_out, worst):
         _close("out." + f.name, getattr(ref_out, f.name), getattr(fast_out, f.name), worst, scale)
 
 
+def _same(fast_state, py_state, fast_out, py_out) -> None:
+    """The compiled and the Python step: the same bits in every field."""
+    for f in fields(WorldState):
+        assert np.array_equal(getattr(fast_state, f.name), getattr(py_state, f.name), equal_nan=True), f.name
+    for f in fields(StepOutcome):
+        assert np.array_equal(getattr(fast_out, f.name), getattr(py_out, f.name), equal_nan=True), "out." + f.name
+
+
 def _run(params: WorldParams, seed: int, b: int, steps: int) -> dict:
     rng = np.random.default_rng(seed)
     keys = draw_keys(rng, b)
-    ref = reset(params, keys)
+    ref = oracle.reset(params, keys)
     fst = reset(params, keys)
+    py = reset(params, keys, compiled=False)
+    for f in fields(WorldState):  # reset is exact: no exp or log differs in its draws
+        assert np.array_equal(getattr(ref, f.name), getattr(fst, f.name)), f.name
     worst: dict = {}
     seen = {"errors": set(), "succeeded": set(), "liquidated": 0, "resolved": 0, "bankrupt": 0, "fired": 0}
     for _ in range(steps):
         a = _random_actions(rng, ref, params)
-        ro = step(ref, a, params)
-        fo = fast.step(fst, a, params)
+        ro = oracle.step(ref, a, params)
+        fo = rules.step(fst, a, params)
+        _same(fst, py, fo, step(py, a, params, compiled=False))
         _compare(ref, fst, ro, fo, worst)
         seen["errors"] |= set(ro.error.tolist())
         seen["succeeded"] |= set(a.kind[ro.success].tolist())
@@ -157,7 +172,9 @@ def test_fast_step_rejects_bad_kinds_without_touching_state():
     a = ActionBatch.waits(2)
     a.kind[1] = 99
     with pytest.raises(InvalidActionError):
-        fast.step(state, a, params)
+        rules.step(state, a, params)
+    with pytest.raises(InvalidActionError):
+        rules.step(state, a, params, compiled=False)
     for f in fields(WorldState):
         assert np.array_equal(getattr(state, f.name), getattr(before, f.name)), f.name
 
@@ -165,19 +182,20 @@ def test_fast_step_rejects_bad_kinds_without_touching_state():
 def test_fast_step_matches_numpy_when_one_world_loses_two_positions_in_a_tick():
     params = WorldParams()
     keys = np.array([11, 12], dtype=np.uint64)
-    ref = reset(params, keys)
+    ref = oracle.reset(params, keys)
     n = 2
     for t in range(2):  # a 10x long on perps 0 and 1 in both worlds
         a = ActionBatch.waits(n)
         a.kind[:], a.target[:], a.amount[:], a.leverage[:] = 3, t, 1000.0, 10.0
-        assert step(ref, a, params).success.all()
+        assert oracle.step(ref, a, params).success.all()
     ref.perp_price[:, :2] *= 0.5  # a crash: both positions are liquidated at the next tick
-    fst = ref.copy()
+    fst, py = ref.copy(), ref.copy()
     worst: dict = {}
-    ro = step(ref, ActionBatch.waits(n), params)
-    fo = fast.step(fst, ActionBatch.waits(n), params)
+    ro = oracle.step(ref, ActionBatch.waits(n), params)
+    fo = rules.step(fst, ActionBatch.waits(n), params)
     assert ro.liquidated.tolist() == [2, 2]
     _compare(ref, fst, ro, fo, worst)
+    _same(fst, py, fo, step(py, ActionBatch.waits(n), params, compiled=False))
 
 
 def test_the_kernel_cache_is_keyed_by_every_source_a_kernel_freezes(tmp_path, monkeypatch):
@@ -190,23 +208,24 @@ def test_the_kernel_cache_is_keyed_by_every_source_a_kernel_freezes(tmp_path, mo
     monkeypatch.setenv("RLAIF_GYM_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setattr(_jit, "kernel_sources", lambda: sources)
-    fast.kernel_cache_dir.cache_clear()
+    rules.kernel_cache_dir.cache_clear()
     try:
-        first = fast.kernel_cache_dir()
+        first = rules.kernel_cache_dir()
         assert first is not None and first.is_dir() and first.parent == tmp_path / "cache" / "kernels"
         sources[1].write_text("x = 2\n")  # an edit of a file the kernel inlines from
-        fast.kernel_cache_dir.cache_clear()
-        assert fast.kernel_cache_dir() != first
+        rules.kernel_cache_dir.cache_clear()
+        assert rules.kernel_cache_dir() != first
         monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "numba"))  # numba's own setting wins
-        fast.kernel_cache_dir.cache_clear()
-        assert fast.kernel_cache_dir() is None
+        rules.kernel_cache_dir.cache_clear()
+        assert rules.kernel_cache_dir() is None
     finally:
-        fast.kernel_cache_dir.cache_clear()
+        rules.kernel_cache_dir.cache_clear()
 
 
 def test_the_kernel_sources_cover_every_compiled_module():
     names = {p.relative_to(p.parents[1]).as_posix() for p in _jit.kernel_sources()}
-    assert {"sim/fast.py", "sim/engine.py", "sim/params.py", "sim/packing.py", "encoding/fast.py", "encoding/mask.py",
+    assert {"sim/rules.py", "sim/constants.py", "sim/params.py", "sim/packing.py", "encoding/fast.py",
+            "encoding/mask.py",
             "envs/fused.py"} <= names
 
 
@@ -217,11 +236,11 @@ def test_every_state_field_is_declared_once_and_the_compiled_state_follows_it():
     sizes = {"M": 3, "P": 2, "K": 5, "G": 2, "R": FEED_LENGTH}
     state = reset(params, draw_keys(np.random.default_rng(0), 4))
     specs = field_specs()
-    assert [s.name for s in specs] == [f.name for f in fields(WorldState)] == list(fast.WorldArrays._fields)
+    assert [s.name for s in specs] == [f.name for f in fields(WorldState)] == list(rules.WorldArrays._fields)
     for spec in specs:
         arr = getattr(state, spec.name)
         assert arr.dtype == spec.dtype and arr.shape == (4, *(sizes[d] for d in spec.dims)), spec
-    fb, ib, kb, bb, table = fast.packed(state)
+    fb, ib, kb, bb, table = rules.packed(state)
     assert table.shape[0] == len(specs) + 1
     for buffer, kind in ((fb, "f"), (ib, "i"), (kb, "u"), (bb, "b")):
         assert buffer.size == sum(getattr(state, s.name).size for s in specs if s.dtype.kind == kind)
@@ -236,12 +255,13 @@ def test_a_throwaway_pack_matches_the_kept_one_and_leaves_the_state_alone():
     """`packed_copy` (the encoder's, for a state nobody will step, e.g. a vector env's autoreset) gives the buffers
     and table `packed` would, without rebinding the state's arrays to views or caching anything on it."""
     params = WorldParams(num_markets=3, num_perps=2, num_npcs=5, num_groups=2)
-    state = reset(params, draw_keys(np.random.default_rng(1), 3))
+    state = reset(params, draw_keys(np.random.default_rng(1), 3)).copy()  # reset's state is packed; a copy is not
+    assert "_packed" not in state.__dict__
     before = {f.name: getattr(state, f.name) for f in fields(WorldState)}
-    copied = fast.packed_copy(state)
+    copied = rules.packed_copy(state)
     assert "_packed" not in state.__dict__
     assert all(getattr(state, name) is arr for name, arr in before.items())
-    kept = fast.packed(state.copy())
+    kept = rules.packed(state.copy())
     for a, b in zip(copied, kept, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
-    assert fast.packed_copy(state.copy()) is not kept and fast.packed(state) is fast.packed_copy(state)
+    assert rules.packed_copy(state.copy()) is not kept and rules.packed(state) is rules.packed_copy(state)

@@ -1,43 +1,41 @@
-"""A numba-compiled `step` with the semantics of `engine.step` (docs/layout.md ("Design rules", rule 1)).
+"""The world's rules, written once and per world: reset, the agent's action, and the tick (docs/world.md).
 
-`fast.step(state, actions, params)` mutates `state` and returns a `StepOutcome` exactly as
-`engine.step` does; `engine.step` stays the reference. numba is a core dependency; where it cannot be
-installed or imported, `available()` is False and `step` falls back to `engine.step`. This module holds the
-rules (the phases, the action handlers, the kernel); the arithmetic they share, with numpy's semantics, lives in
-`sim._scalars`; how a state, the constants and the outcome reach and leave a kernel (flat buffers and named
-layouts) in `sim.packing`; how the kernels are compiled and cached in `sim._jit`.
+Order of a step: validate and apply the agent's action (fees, price impact; `_agent_action`, one handler per
+ActionType) → advance the world one tick (`_mark_prices`, `_advance_perps`, `_funding_and_liquidation`,
+`_npc_trades`, `_information`, then resolutions: `_pay_resolutions` and `_settle_markets` with `_open_market`) →
+report everything the reward needs, including `pnl_delta` over the whole transition. Randomness is counter-based:
+each phase draws from its own columns of the world's (key, tick) stream (`sim._scalars._uniform_at`).
+
+One kernel (`kernel`) loops over the worlds of a batch and runs the phases for each; `reset` opens each world's
+first markets with the same `_open_market`; the multi-agent tick (`sim.multi`) runs the same phases as stages
+(`tick_stage`) with each agent's account loaded in turn. Every function here is numba-compiled where numba imports
+(a core dependency; `sim._jit` holds the compile plumbing and the cache), and the same source runs as Python for
+``backend="numpy"`` (`step(..., compiled=False)`, via `sim._jit.python_twin`) and wherever numba is missing: the
+two give the same bits (tests/sim/test_rules.py). The arithmetic the rules share, with numpy's semantics, lives in
+`sim._scalars`; the fixed constants in `sim.constants`; how a state, the constants and the outcome reach and leave
+a kernel (flat buffers and named layouts) in `sim.packing`.
 
 The kernel surface (`__all__`) is what the fused numeric step (`envs/fused.py`) and the compiled encoder and
 action mask (`encoding/`) build on: the kernel, the accounting helpers, numpy's scalar semantics, the layouts of
 the constant and outcome arrays (by name: a caller looks its rows up, never hard-codes them) and the decorators.
 Everything with a leading underscore is the kernels' own.
 
-How it stays the same as the numpy path:
-- one kernel loops over worlds and does, per world, what the vectorised functions do, in the same
-  order and under the same names (`_agent_action` with one handler per ActionType, as `_apply_actions`
-  dispatches; `_advance_perps`, `_funding_and_liquidation`, `_npc_trades`, `_information`,
-  `_resolve_markets` with `_open_markets`), each a helper inlined into the kernel, with the same
-  floating-point operation order (left to right as numpy evaluates the expressions);
-- the state reaches compiled code as one named tuple of its arrays (`WorldArrays`), built from the
-  field declarations in `sim/state.py`; error codes, action kinds and outcome rows are named constants
-  derived from `ErrorCode`, `ActionType` and the layouts in `sim.packing`;
-- random draws, sums and the CPMM are `sim._scalars`' (the engine's hash and column layout, numpy's
-  summation order, `sim.pricing`'s formulas);
-- several liquidations in one world accumulate in position order, as `np.add.at` does in the engine.
-
-What can differ: exp, log and log1p come from the C library here and from numpy's SIMD code there,
-and the two differ in the last bit for a few percent of arguments. Everything else is IEEE-exact, so
-float fields agree to about 1e-15 relative and discrete fields agree exactly (tests/sim/test_fast.py).
+The rules were first written as a vectorised numpy engine; it is kept, frozen, in the tests (tests/support/
+engine_oracle.py), and tests/sim/test_rules.py holds these rules to it over whole episodes: discrete fields exactly,
+floats to 1e-9 relative (exp, log and log1p come from the C library here and from numpy's SIMD code there, and
+differ in the last bit for a few percent of arguments). A rule changed on purpose changes or retires the oracle in
+the same commit.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from ..errors import InvalidActionError
-from . import _scalars, engine
+from . import _scalars, rng
 from ._jit import (
     available,
     call_variant,
@@ -47,6 +45,7 @@ from ._jit import (
     jit_phase,
     kernel_cache_dir,
     numba,
+    python_twin,
 )
 from ._scalars import (
     _S16,
@@ -65,6 +64,24 @@ from ._scalars import (
     isfinite,
 )
 from .actions import ActionBatch, ActionType, ErrorCode
+from .constants import (
+    FUNDING_CAP,
+    INFORMED_NOISE,
+    LEAK_RATE,
+    LEAK_RELIABILITY,
+    MARKET_STREAM,
+    NARRATIVE_LEAD,
+    NARRATIVE_MOVE,
+    OPENING_PRICE,
+    PERP_NEWS_DECAY,
+    PERP_START_SPREAD,
+    POST_HONESTY_ARRAY,
+    REP_STEP,
+    RESET_STREAM,
+    SIGNAL_DECAY,
+    TRUTH,
+    npc_behaviours,
+)
 from .packing import (
     CF,
     CF_OFFSET,
@@ -75,6 +92,7 @@ from .packing import (
     PF,
     PI,
     STATE_FIELDS,
+    StepOutcome,
     WorldArrays,
     outcome_of,
     packed,
@@ -82,7 +100,7 @@ from .packing import (
     param_arrays,
     state_views,
 )
-from .params import POST_HONESTY, NpcBehaviour, WorldParams
+from .params import PERP_BASE_PRICES, NpcBehaviour, WorldParams
 from .state import FEED_LENGTH, WorldState
 
 # The world step (available .. step) and the kernel surface (see the module docstring).
@@ -90,23 +108,14 @@ __all__ = ["OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STATE_FIELDS", "WorldArrays",
            "equity", "equity_of", "exposure", "fmax", "fmin", "isfinite", "jit", "jit_flat", "kernel",
            "kernel_cache_dir", "outcome_of", "packed", "packed_copy", "param_arrays", "scratch", "state_views", "step"]
 
-_warm = False  # `step` has run its kernel in this process (so it skips `compile_notice`)
-_MARKET_STREAM = engine._MARKET_STREAM
-_SIGNAL_DECAY = engine._SIGNAL_DECAY
-_PERP_NEWS_DECAY = engine._PERP_NEWS_DECAY
-_LEAK_RELIABILITY = engine._LEAK_RELIABILITY
-_LEAK_RATE = engine._LEAK_RATE
-_INFORMED_NOISE = engine._INFORMED_NOISE
-_REP_STEP = engine._REP_STEP
-_TRUTH_LOW, _TRUTH_SPAN = engine._TRUTH
-_OPEN_LOW, _OPEN_SPAN = engine._OPENING_PRICE
-_LEAD_LOW, _LEAD_SPAN = engine._NARRATIVE_LEAD
-_MOVE_LOW, _MOVE_SPAN = engine._NARRATIVE_MOVE
-_FUNDING_CAP = engine._FUNDING_CAP
+_warm = False  # `step` has run its compiled kernel in this process (so it skips `compile_notice`)
 _R = FEED_LENGTH
 _INFORMED = NpcBehaviour.INFORMED
 _DECEIVER = NpcBehaviour.DECEIVER
-_POST_HONESTY = np.array(POST_HONESTY, dtype=np.float64)  # a constant array in compiled code
+_TRUTH_LOW, _TRUTH_SPAN = TRUTH
+_OPEN_LOW, _OPEN_SPAN = OPENING_PRICE
+_LEAD_LOW, _LEAD_SPAN = NARRATIVE_LEAD
+_MOVE_LOW, _MOVE_SPAN = NARRATIVE_MOVE
 _MOMENTUM = NpcBehaviour.MOMENTUM
 # ---------------------------------------------------------------------------------------------
 # The kernel's names for codes, rows and constants, derived from what they name (so a renumbering follows)
@@ -169,24 +178,23 @@ _SUCCESS, _ADDED_EXPOSURE, _BANKRUPT = (OUT_B.index(n) for n in OUT_B)
 
 @jit_phase
 def equity_of(b, s, pf, pi, buf):
-    """`engine.equity` of world b (numpy's summation order); buf: scratch of max(M, P)."""
+    """The equity of world b, USD (`sim.accounting.equity`, in numpy's summation order); buf: scratch of max(M, P)."""
     return equity(b, pi[_NUM_MARKETS], pi[_NUM_PERPS], pf[_FEE_RATE], pf[_MIN_FEE], s.cash, s.pm_yes, s.pm_no,
                    s.hold_yes, s.hold_no, s.pos_side, s.pos_entry, s.pos_margin, s.pos_notional, s.perp_price, buf)
 
 
 @jit_phase
 def _exposure_of(b, s, pi, buf):
-    """`engine.exposure` of world b."""
+    """The gross exposure of world b, USD (`sim.accounting.exposure`)."""
     return exposure(b, pi[_NUM_MARKETS], pi[_NUM_PERPS], s.pm_yes, s.pm_no, s.hold_yes, s.hold_no, s.pos_side,
                      s.pos_entry, s.pos_notional, s.perp_price, buf)
 
 
 @jit_phase
 def _settle(b, t, liquidation, pf, s):
-    """engine._settle_positions for one position; returns (payout, fee).
-
-    Several positions of one world settle one after another (the engine accumulates with `np.add.at`,
-    in the same order)."""
+    """Close perp position t of world b: pay margin + PnL - fee to cash (never below 0: a gap beyond the margin is
+    the house's loss), or lose the margin on liquidation. Returns (payout, fee), USD. Several positions of one world
+    settle one after another, in position order."""
     margin = s.pos_margin[b, t]
     if liquidation:
         payout = 0.0
@@ -217,13 +225,13 @@ def _settle(b, t, liquidation, pf, s):
 
 
 # ---------------------------------------------------------------------------------------------
-# The agent's action (engine._apply_actions). Every handler takes (b, s, pf, pi, target, side, amount, leverage,
-# error_a, error_b) and returns (error, error_a, error_b, filled shares, filled USD, fee), as `_Result` holds them.
+# The agent's action. Every handler takes (b, s, pf, pi, target, side, amount, leverage, error_a, error_b) and
+# returns (error, error_a, error_b, filled shares, filled USD, fee), as the outcome rows hold them.
 
 
 @jit_phase
 def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
-    """engine._apply_buy for one world: amount_b USD (fee included) of YES (sd 0) or NO in market slot tg."""
+    """Buy: amount_b USD (fee included) of YES (sd 0) or NO in market slot tg."""
     fee_rate, min_fee, min_order = pf[_FEE_RATE], pf[_MIN_FEE], pf[_MIN_ORDER]
     bad = tg < 0 or tg >= pi[_NUM_MARKETS]
     mm = 0 if bad else tg
@@ -261,7 +269,7 @@ def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
 
 @jit_phase
 def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
-    """engine._apply_sell for one world: req shares of YES (sd 0) or NO in market slot tg."""
+    """Sell: req shares of YES (sd 0) or NO in market slot tg."""
     fee_rate, min_fee = pf[_FEE_RATE], pf[_MIN_FEE]
     bad = tg < 0 or tg >= pi[_NUM_MARKETS]
     mm = 0 if bad else tg
@@ -309,7 +317,7 @@ def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
 
 @jit_phase
 def _open_perp(b, s, pf, pi, tg, sd, notional, lev, ea, eb):
-    """engine._apply_open for one world: a LONG (sd 0) or SHORT of `notional` USD at `lev` on perp tg."""
+    """Open a perp: a LONG (sd 0) or SHORT of `notional` USD at `lev` on perp tg."""
     fee_rate, min_fee, min_order, max_leverage = pf[_FEE_RATE], pf[_MIN_FEE], pf[_MIN_ORDER], pf[_MAX_LEVERAGE]
     bad = tg < 0 or tg >= pi[_NUM_PERPS]
     t = 0 if bad else tg
@@ -362,7 +370,7 @@ def _open_perp(b, s, pf, pi, tg, sd, notional, lev, ea, eb):
 
 @jit_phase
 def _close_perp(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
-    """engine._apply_close for one world: settle the position on perp tg at the current price."""
+    """Close a perp: settle the position on perp tg at the current price."""
     bad = tg < 0 or tg >= pi[_NUM_PERPS]
     t = 0 if bad else tg
     err = _OK
@@ -378,7 +386,7 @@ def _close_perp(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
 
 @jit_phase
 def _join_group(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
-    """engine._apply_social, JOIN_GROUP: join group chat tg."""
+    """Join group chat tg."""
     bad = tg < 0 or tg >= pi[_NUM_GROUPS]
     tt = 0 if bad else tg
     err = _OK
@@ -393,7 +401,7 @@ def _join_group(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
 
 @jit_phase
 def _create_post(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
-    """engine._apply_social, CREATE_POST: followers and reputation grow, faster for a reputable poster."""
+    """Post: followers and reputation grow, faster for a reputable poster."""
     s.posts_created[b] += 1
     s.followers[b] += 1 + np.int64(s.reputation[b] // 25)
     s.reputation[b] = fmin(s.reputation[b] + 0.5, 100.0)
@@ -402,7 +410,7 @@ def _create_post(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
 
 @jit_phase
 def _send_dm(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
-    """engine._apply_social, SEND_DM: a message to NPC tg."""
+    """Send a DM to NPC tg."""
     bad = tg < 0 or tg >= pi[_NUM_NPCS]
     if not bad:
         s.dms_sent[b] += 1
@@ -457,12 +465,12 @@ def _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error,
 
 
 # ---------------------------------------------------------------------------------------------
-# The world's tick (engine.tick's phases, in its order)
+# The world's tick, phase by phase, in the step's order
 
 
 @jit_phase
 def _push_news(b, s, now, kind, target, serial, source, signal):
-    """engine._ring_write(state, "news", ...) for one world."""
+    """Append an item to world b's news ring (the newest FEED_LENGTH items are kept)."""
     slot = s.news_count[b] % _R
     s.news_tick[b, slot] = now
     s.news_kind[b, slot] = kind
@@ -475,7 +483,7 @@ def _push_news(b, s, now, kind, target, serial, source, signal):
 
 @jit_phase
 def _push_post(b, s, now, author, target, serial, signal):
-    """engine._ring_write(state, "post", ...) for one world."""
+    """Append an NPC post to world b's post ring."""
     slot = s.post_count[b] % _R
     s.post_tick[b, slot] = now
     s.post_author[b, slot] = author
@@ -487,7 +495,7 @@ def _push_post(b, s, now, author, target, serial, signal):
 
 @jit_phase
 def _push_tip(b, s, now, group, target, serial, signal):
-    """engine._ring_write(state, "tip", ...) for one world."""
+    """Append a group tip to world b's tip ring."""
     slot = s.tip_count[b] % _R
     s.tip_tick[b, slot] = now
     s.tip_group[b, slot] = group
@@ -499,7 +507,7 @@ def _push_tip(b, s, now, group, target, serial, signal):
 
 @jit_phase
 def _mark_prices(b, s, m, lmove):
-    """engine.tick's first step: each market's YES price becomes its last price; lmove[j] is the move since."""
+    """The tick's first step: each market's YES price becomes its last price; lmove[j] is the move since."""
     for j in range(m):
         opening = s.pm_no[b, j] / (s.pm_yes[b, j] + s.pm_no[b, j])
         lmove[j] = opening - s.pm_last_price[b, j]
@@ -508,7 +516,7 @@ def _mark_prices(b, s, m, lmove):
 
 @jit_phase
 def _advance_perps(b, s, pf, pi, cf, now, key, su, ret):
-    """engine._advance_perps for world b: prices move, a narrative fires, leaks, a new narrative may start."""
+    """Perps of world b: prices move, a narrative fires, leaks, a new narrative may start."""
     np_, o_perp, o_narr, o_leak = pi[_NUM_PERPS], pi[_COL_PERP], pi[_COL_NARR], pi[_COL_LEAK]
     sigma = pf[_PERP_VOLATILITY]
     sigma_drift = -0.5 * sigma * sigma
@@ -526,9 +534,9 @@ def _advance_perps(b, s, pf, pi, cf, now, key, su, ret):
         s.perp_prev_price[b, t] = s.perp_price[b, t]
         s.perp_price[b, t] *= math.exp(ret[t])
         s.perp_ema[b, t] += 0.08 * (s.perp_price[b, t] - s.perp_ema[b, t])
-        s.perp_news_acc[b, t] *= _PERP_NEWS_DECAY
-    if s.narr_active[b] and _uniform_at(key, su, o_leak) < _LEAK_RATE:
-        sgn = s.narr_sign[b] if _uniform_at(key, su, o_leak + 1) < _LEAK_RELIABILITY else -s.narr_sign[b]
+        s.perp_news_acc[b, t] *= PERP_NEWS_DECAY
+    if s.narr_active[b] and _uniform_at(key, su, o_leak) < LEAK_RATE:
+        sgn = s.narr_sign[b] if _uniform_at(key, su, o_leak + 1) < LEAK_RELIABILITY else -s.narr_sign[b]
         tk = s.narr_ticker[b]
         s.perp_news_acc[b, tk] += sgn * cf[_CF_LEAK_WEIGHT]
         _push_news(b, s, now, _NEWS_LEAK, tk, 0, _LEAK_SOURCE, np.int64(sgn))
@@ -542,12 +550,14 @@ def _advance_perps(b, s, pf, pi, cf, now, key, su, ret):
 
 @jit_phase
 def _funding_and_liquidation(b, s, pf, pi, now, payment, hit):
-    """engine._funding_and_liquidation for world b; returns how many positions were liquidated."""
+    """Funding every `funding_interval` ticks (a rate from the price's gap to its EMA, capped at FUNDING_CAP of the
+    current notional, paid to the house), then liquidation of world b's positions whose price moved 90 % of the
+    margin against them, or whose margin plus PnL is gone; returns how many positions were liquidated."""
     np_ = pi[_NUM_PERPS]
     if now % pi[_FUNDING_INTERVAL] == 0:
         for t in range(np_):
             rate = 1e-4 + 0.05 * math.log(s.perp_price[b, t] / s.perp_ema[b, t])
-            s.perp_funding[b, t] = fmin(fmax(rate, -_FUNDING_CAP), _FUNDING_CAP)
+            s.perp_funding[b, t] = fmin(fmax(rate, -FUNDING_CAP), FUNDING_CAP)
             side = s.pos_side[b, t]
             current = s.pos_notional[b, t] * s.perp_price[b, t] / (s.pos_entry[b, t] if side != 0 else 1.0)
             payment[t] = side * current * s.perp_funding[b, t]
@@ -577,10 +587,10 @@ def _funding_and_liquidation(b, s, pf, pi, now, payment, hit):
 @jit_phase
 def _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd, fee_m, amt, kbuf, npc_mk,
                 npc_buys_yes):
-    """engine._npc_trades for world b.
-
-    Each NPC spends on one market (npc_mk) on one side (npc_buys_yes); the engine's per-market matrices add
-    exact zeros everywhere else, which leave the sums and holdings as they are."""
+    """The NPCs of world b trade: each may spend on one market (npc_mk) and one side (npc_buys_yes), informed and
+    deceiving NPCs toward their belief about p*, momentum traders after the last move, noise traders at random;
+    the flows are summed per market and bought in two rounds (YES first on even ticks), at the pools' prices.
+    A market's sums add only its own NPCs' amounts, in NPC order (numpy's order, which the oracle keeps)."""
     m, k, o_npc = pi[_NUM_MARKETS], pi[_NUM_NPCS], pi[_COL_NPC]
     fee_rate, liq = pf[_FEE_RATE], pf[_MARKET_LIQUIDITY]
     for j in range(m):
@@ -596,7 +606,7 @@ def _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd
             if bh == _INFORMED or bh == _DECEIVER:
                 price = s.pm_no[b, mk] / (s.pm_yes[b, mk] + s.pm_no[b, mk])
                 z = _normal(_uniform_at(key, su, o_npc + 2 * k + i), _uniform_at(key, su, o_npc + 3 * k + i))
-                gap = s.pm_truth[b, mk] + _INFORMED_NOISE * z - price
+                gap = s.pm_truth[b, mk] + INFORMED_NOISE * z - price
                 side_yes = gap > 0
                 size = fmin(fmax(2500.0 * (abs(gap) - 0.02), 0.0), 400.0) * (0.5 if bh == _DECEIVER else 1.0)
             elif bh == _MOMENTUM:
@@ -637,7 +647,7 @@ def _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd
             same = s.pm_yes[b, j] if buy_yes else s.pm_no[b, j]
             other = s.pm_no[b, j] if buy_yes else s.pm_yes[b, j]
             shares, new_same, new_other = _buy_shares(same, other, net)
-            if not spend > 0:  # markets nobody bought in keep their pools exactly, as in the engine
+            if not spend > 0:  # markets nobody bought in keep their pools exactly
                 new_same, new_other = same, other
             s.pm_yes[b, j] = new_same if buy_yes else new_other
             s.pm_no[b, j] = new_other if buy_yes else new_same
@@ -656,16 +666,16 @@ def _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd
 
 @jit_phase
 def _information(b, s, pf, pi, beh, cf, now, key, su, ts):
-    """engine._information for world b: signals decay; news, a post and group tips may arrive."""
+    """The feed of world b: signals decay; news, a post and group tips may arrive."""
     m, k, g = pi[_NUM_MARKETS], pi[_NUM_NPCS], pi[_NUM_GROUPS]
     o_news, o_post, o_tip = pi[_COL_NEWS], pi[_COL_POST], pi[_COL_TIP]
     for j in range(m):
-        s.news_acc[b, j] *= _SIGNAL_DECAY
-        s.post_acc[b, j] *= _SIGNAL_DECAY
+        s.news_acc[b, j] *= SIGNAL_DECAY
+        s.post_acc[b, j] *= SIGNAL_DECAY
         ts[j] = 1 if s.pm_outcome[b, j] == 1 else -1
     for gg in range(s.group_acc.shape[1]):
         for j in range(m):
-            s.group_acc[b, gg, j] *= _SIGNAL_DECAY
+            s.group_acc[b, gg, j] *= SIGNAL_DECAY
     if _uniform_at(key, su, o_news) < pf[_NEWS_RATE]:
         mk = min(np.int64(math.floor(_uniform_at(key, su, o_news + 1) * m)), m - 1)
         x = _uniform_at(key, su, o_news + 2)
@@ -681,7 +691,7 @@ def _information(b, s, pf, pi, beh, cf, now, key, su, ts):
         author = min(np.int64(math.floor(_uniform_at(key, su, o_post + 1) * k)), k - 1)
         mk = min(np.int64(math.floor(_uniform_at(key, su, o_post + 2) * m)), m - 1)
         bh = beh[author]
-        honesty = _POST_HONESTY[bh]
+        honesty = POST_HONESTY_ARRAY[bh]
         sgn_i = ts[mk] if _uniform_at(key, su, o_post + 3) < honesty else -ts[mk]
         credibility = fmin(fmax((s.npc_rep[b, author] - 50.0) / 50.0, -1.0), 1.0)
         s.post_acc[b, mk] += sgn_i * credibility
@@ -695,20 +705,74 @@ def _information(b, s, pf, pi, beh, cf, now, key, su, ts):
             _push_tip(b, s, now, grp, mk, s.pm_serial[b, mk], sgn_i)
 
 
+@jit_phase
+def _open_market(b, s, j, serial, now, life_min, life_max, liq, u4):
+    """Open market `serial` in world b's slot j at tick `now`, with a life of life_min..life_max ticks and pools of
+    2 x liq USD. Its hidden truth, outcome, opening price and life depend only on (world key, serial); the opening
+    price is uninformative (uniform in [0.3, 0.7]: informed NPCs and the feed move it). u4: scratch of 4."""
+    _uniforms(s.key[b], _U64(MARKET_STREAM + serial), 4, u4)
+    truth = _TRUTH_LOW + _TRUTH_SPAN * u4[0]
+    p0 = _OPEN_LOW + _OPEN_SPAN * u4[2]
+    life = life_min + np.int64(math.floor(u4[3] * (life_max - life_min + 1)))
+    pool_yes = 2.0 * liq * (1.0 - p0)
+    pool_no = 2.0 * liq * p0
+    collateral = fmax(pool_yes, pool_no)
+    s.pm_yes[b, j] = pool_yes
+    s.pm_no[b, j] = pool_no
+    s.pm_collateral[b, j] = collateral
+    s.pm_house_yes[b, j] = collateral - pool_yes
+    s.pm_house_no[b, j] = collateral - pool_no
+    s.house_cash[b] -= collateral
+    s.pm_truth[b, j] = truth
+    s.pm_outcome[b, j] = 1 if u4[1] < truth else 0
+    s.pm_open_tick[b, j] = now
+    s.pm_resolve_tick[b, j] = now + life
+    s.pm_serial[b, j] = serial
+    s.pm_last_price[b, j] = p0
+    s.pm_npc_flow[b, j] = 0.0
+    s.news_acc[b, j] = 0.0
+    s.post_acc[b, j] = 0.0
+    for gg in range(s.group_acc.shape[1]):
+        s.group_acc[b, gg, j] = 0.0
+    for i in range(s.npc_claims.shape[1]):
+        s.npc_claims[b, i, j] = 0.0
+
+
+@jit_flat
+def _open_first_markets(pf, pi, fb, ib, kb, bb, tab, sf, si, sb):
+    """Reset's markets: every world opens markets 0..M-1 in slots 0..M-1 at its tick, with lives from half the
+    shortest (so the first resolutions are spread out) to the longest."""
+    s = state_views(fb, ib, kb, bb, tab)
+    u4 = _carve(pi, sf, si, sb)[0]
+    m, dmin, dmax, liq = pi[_NUM_MARKETS], pi[_DURATION_MIN], pi[_DURATION_MAX], pf[_MARKET_LIQUIDITY]
+    for b in range(s.tick.shape[0]):
+        for j in range(m):
+            _open_market(b, s, j, s.next_serial[b] + j, s.tick[b], dmin // 2, dmax, liq, u4)
+        s.next_serial[b] += m
+
+
+@jit_phase
+def _due_markets(b, s, m, now, due):
+    """Which of world b's markets resolve at `now` (due[j]); returns how many."""
+    n_due = 0
+    for j in range(m):
+        d = s.pm_resolve_tick[b, j] <= now
+        due[j] = d
+        n_due += 1 if d else 0
+    return n_due
+
+
 @jit_flat  # a real call: it runs only on ticks where a market is due
-def _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4, out_i,
-                        out_f):
-    """engine._resolve_markets and _open_markets for world b on a tick where n_due > 0 markets are due.
+def _pay_due(b, fb, ib, kb, bb, tab, pi, due, ap, buf):
+    """Pay world b's account, on a tick where a market is due: pays the winning shares
+    of the due markets (ap[j], USD), clears the holdings there; returns the payout (USD).
 
     A real call, so it takes the packed state (fb, ib, kb, bb, tab) and builds its own views: a tuple of 73
     arrays as an argument costs compile time at every call site."""
     s = state_views(fb, ib, kb, bb, tab)
-    m, k, dmin, dmax = pi[_NUM_MARKETS], pi[_NUM_NPCS], pi[_DURATION_MIN], pi[_DURATION_MAX]
-    liq = pf[_MARKET_LIQUIDITY]
+    m = pi[_NUM_MARKETS]
     for j in range(m):
-        d = s.pm_resolve_tick[b, j] <= now
-        due[j] = d
-        ap[j] = (s.hold_yes[b, j] if s.pm_outcome[b, j] == 1 else s.hold_no[b, j]) if d else 0.0
+        ap[j] = (s.hold_yes[b, j] if s.pm_outcome[b, j] == 1 else s.hold_no[b, j]) if due[j] else 0.0
     payout = _psum(ap, m)
     s.cash[b] += payout
     for j in range(m):
@@ -720,6 +784,16 @@ def _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf
             s.hold_no[b, j] = 0.0
             s.cost_yes[b, j] = 0.0
             s.cost_no[b, j] = 0.0
+    return payout
+
+
+@jit_flat  # a real call, as `_pay_due`
+def _settle_due(b, now, fb, ib, kb, bb, tab, pf, pi, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4):
+    """Settle world b's due markets, on a tick where a market is due: NPC payouts and
+    reputations, the house's share (after the agents' payouts ap[j], USD), then a new market in each due slot."""
+    s = state_views(fb, ib, kb, bb, tab)
+    m, k, dmin, dmax = pi[_NUM_MARKETS], pi[_NUM_NPCS], pi[_DURATION_MIN], pi[_DURATION_MAX]
+    liq = pf[_MARKET_LIQUIDITY]
     for i in range(k):
         for j in range(m):
             yw = s.pm_outcome[b, j] == 1
@@ -729,7 +803,7 @@ def _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf
             c = s.npc_claims[b, i, j]
             sg = 1.0 if c > 0 else (-1.0 if c < 0 else (0.0 if c == 0 else c))
             buf[j] = sg * (1.0 if s.pm_outcome[b, j] == 1 else -1.0) if due[j] else 0.0
-        rep = s.npc_rep[b, i] + _REP_STEP * _psum(buf, m)
+        rep = s.npc_rep[b, i] + REP_STEP * _psum(buf, m)
         s.npc_rep[b, i] = fmin(fmax(rep, 0.0), 100.0)
         for j in range(m):
             if due[j]:
@@ -747,83 +821,51 @@ def _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf
             npc_pay_m[j] = acc
         buf[j] = s.pm_collateral[b, j] - ap[j] - npc_pay_m[j] if due[j] else 0.0
     s.house_cash[b] += _psum(buf, m)
-    # _open_markets(due)
     opened = 0
     for j in range(m):
-        if not due[j]:
-            continue
-        s.pm_collateral[b, j] = 0.0
-        serial = s.next_serial[b] + opened
-        opened += 1
-        _uniforms(s.key[b], _U64(_MARKET_STREAM + serial), 4, u4)
-        truth = _TRUTH_LOW + _TRUTH_SPAN * u4[0]
-        p0 = _OPEN_LOW + _OPEN_SPAN * u4[2]
-        life = dmin + np.int64(math.floor(u4[3] * (dmax - dmin + 1)))
-        pool_yes = 2.0 * liq * (1.0 - p0)
-        pool_no = 2.0 * liq * p0
-        collateral = fmax(pool_yes, pool_no)
-        s.pm_yes[b, j] = pool_yes
-        s.pm_no[b, j] = pool_no
-        s.pm_collateral[b, j] = collateral
-        s.pm_house_yes[b, j] = collateral - pool_yes
-        s.pm_house_no[b, j] = collateral - pool_no
-        s.house_cash[b] -= collateral
-        s.pm_truth[b, j] = truth
-        s.pm_outcome[b, j] = 1 if u4[1] < truth else 0
-        s.pm_open_tick[b, j] = now
-        s.pm_resolve_tick[b, j] = now + life
-        s.pm_serial[b, j] = serial
-        s.pm_last_price[b, j] = p0
-        s.pm_npc_flow[b, j] = 0.0
-        s.news_acc[b, j] = 0.0
-        s.post_acc[b, j] = 0.0
-        for gg in range(s.group_acc.shape[1]):
-            s.group_acc[b, gg, j] = 0.0
-        for i in range(s.npc_claims.shape[1]):
-            s.npc_claims[b, i, j] = 0.0
+        if due[j]:
+            s.pm_collateral[b, j] = 0.0
+            _open_market(b, s, j, s.next_serial[b] + opened, now, dmin, dmax, liq, u4)
+            opened += 1
     s.next_serial[b] += opened
-    out_i[_RESOLVED, b] = n_due
-    out_f[_PAYOUT, b] = payout
 
 
 @jit_phase
-def _resolve_markets(b, s, packed_state, pf, pi, now, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4, out_i, out_f):
-    """engine._resolve_markets for world b: pay out and reopen the markets due by `now`."""
-    m, k = pi[_NUM_MARKETS], pi[_NUM_NPCS]
-    n_due = 0
-    for j in range(m):
-        n_due += 1 if s.pm_resolve_tick[b, j] <= now else 0
+def _pay_resolutions(b, s, packed_state, pi, now, due, ap, buf):
+    """Pay world b's account its winning shares in the markets due at `now`: returns (markets due, payout USD);
+    ap[j] is each due market's payout."""
+    m = pi[_NUM_MARKETS]
+    n_due = _due_markets(b, s, m, now, due)
     if n_due:
         fb, ib, kb, bb, tab = packed_state
-        _resolve_and_reopen(b, now, n_due, fb, ib, kb, bb, tab, pf, pi, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4,
-                            out_i, out_f)
-        return
-    # The engine adds zero sums to these; adding 0.0 keeps a -0.0 turning into 0.0 as it does there.
+        return n_due, _pay_due(b, fb, ib, kb, bb, tab, pi, due, ap, buf)
+    # Adding the (zero) sums all the same turns a -0.0 into 0.0, as the payouts of a due tick would.
     s.cash[b] += 0.0
     s.realized_pnl[b] += 0.0
+    return 0, 0.0
+
+
+@jit_phase
+def _settle_markets(b, s, packed_state, pf, pi, now, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4):
+    """Settle world b's markets due at `now`, after every account was paid (ap[j]: their payouts in market j, USD):
+    the NPCs' payouts and reputations, the house's share, new markets in the due slots."""
+    m, k = pi[_NUM_MARKETS], pi[_NUM_NPCS]
+    if _due_markets(b, s, m, now, due):
+        fb, ib, kb, bb, tab = packed_state
+        _settle_due(b, now, fb, ib, kb, bb, tab, pf, pi, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4)
+        return
     for i in range(k):
         s.npc_cash[b, i] += 0.0
         s.npc_rep[b, i] = fmin(fmax(s.npc_rep[b, i] + 0.0, 0.0), 100.0)
     s.house_cash[b] += 0.0
-    out_i[_RESOLVED, b] = 0
-    out_f[_PAYOUT, b] = 0.0
 
 
-@jit_flat
-def kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i, out_b, fb,
-            ib, kb, bb, tab, sf, si, sb):
-    """Apply one action per world and advance every world one tick (`engine.step`'s phases, in its order).
-
-    fb, ib, kb, bb, tab: the packed state (`packed`); sf, si, sb: float, int and bool scratch from `scratch(pi)`.
-    Returns False, with no world touched, when an action kind is not an ActionType code."""
-    s = state_views(fb, ib, kb, bb, tab)
-    nb = s.tick.shape[0]
-    # The numpy path rejects the whole batch before touching any world.
-    for b in range(nb):
-        if kind[b] < 0 or kind[b] > _MAX_KIND:
-            return False
+@jit_phase
+def _carve(pi, sf, si, sb):
+    """The kernels' scratch, carved from sf / si / sb in `scratch`'s sizes (every element is written before it is
+    read): (u4, buf, ret, payment, lmove, tot_yes, tot_no, per_usd, fee_m, ap, npc_pay_m, amt, kbuf, npc_pay, ts,
+    npc_mk, hit, due, npc_buys_yes)."""
     m, np_, k = pi[_NUM_MARKETS], pi[_NUM_PERPS], pi[_NUM_NPCS]
-    # Scratch, carved from sf / si / sb in `scratch`'s sizes (every element is written before it is read).
     nbuf = max(m, np_, k, 8)
     u4, buf, ret, payment = sf[0:4], sf[4:4 + nbuf], sf[4 + nbuf:4 + nbuf + np_], sf[4 + nbuf + np_:4 + nbuf + 2 * np_]
     o = 4 + nbuf + 2 * np_
@@ -833,6 +875,26 @@ def kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre
     amt, kbuf, npc_pay = sf[o:o + k], sf[o + k:o + 2 * k], sf[o + 2 * k:o + 2 * k + k * m].reshape((k, m))
     ts, npc_mk = si[0:m], si[m:m + k]
     hit, due, npc_buys_yes = sb[0:np_], sb[np_:np_ + m], sb[np_ + m:np_ + m + k]
+    return (u4, buf, ret, payment, lmove, tot_yes, tot_no, per_usd, fee_m, ap, npc_pay_m, amt, kbuf, npc_pay, ts,
+            npc_mk, hit, due, npc_buys_yes)
+
+
+@jit_flat
+def kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i, out_b, fb,
+            ib, kb, bb, tab, sf, si, sb):
+    """Apply one action per world and advance every world one tick (the phases, in the step's order).
+
+    fb, ib, kb, bb, tab: the packed state (`packed`); sf, si, sb: float, int and bool scratch from `scratch(pi)`.
+    Returns False, with no world touched, when an action kind is not an ActionType code."""
+    s = state_views(fb, ib, kb, bb, tab)
+    nb = s.tick.shape[0]
+    # The numpy path rejects the whole batch before touching any world.
+    for b in range(nb):
+        if kind[b] < 0 or kind[b] > _MAX_KIND:
+            return False
+    m = pi[_NUM_MARKETS]
+    (u4, buf, ret, payment, lmove, tot_yes, tot_no, per_usd, fee_m, ap, npc_pay_m, amt, kbuf, npc_pay, ts, npc_mk, hit,
+     due, npc_buys_yes) = _carve(pi, sf, si, sb)
 
     for b in range(nb):
         eq0 = _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i,
@@ -847,13 +909,75 @@ def kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre
                     npc_buys_yes)
         _information(b, s, pf, pi, beh, cf, now, key, su, ts)
         s.tick[b] = now
-        _resolve_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4, out_i,
-                         out_f)
+        n_due, payout = _pay_resolutions(b, s, (fb, ib, kb, bb, tab), pi, now, due, ap, buf)
+        _settle_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4)
+        out_i[_RESOLVED, b] = n_due
+        out_f[_PAYOUT, b] = payout
         eq1 = equity_of(b, s, pf, pi, buf)
         out_f[_EQUITY_AFTER, b] = eq1
         out_f[_PNL_DELTA, b] = eq1 - eq0
         out_b[_BANKRUPT, b] = eq1 < pf[_MIN_FEE]
     return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The same phases as stages over every world, for several agents' accounts around one world (`sim.multi`), which
+# loads each account into the state between the stages that read or change it
+
+
+STAGE_PERPS, STAGE_FUNDING, STAGE_FEED, STAGE_PAY, STAGE_SETTLE = range(5)
+"""The tick's stages, in `kernel`'s order: the world's perps; one account's funding and liquidations; the NPC
+trades and the feed (the tick advances); one account's resolution payouts; the markets' settlement."""
+
+
+@jit_flat
+def _equities(pf, pi, fb, ib, kb, bb, tab, sf, si, sb, out):
+    """out[b] = equity of world b (USD)."""
+    s = state_views(fb, ib, kb, bb, tab)
+    buf = _carve(pi, sf, si, sb)[1]
+    for b in range(s.tick.shape[0]):
+        out[b] = equity_of(b, s, pf, pi, buf)
+
+
+@jit_flat
+def _act_all(pf, pi, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i, out_b, fb, ib, kb,
+             bb, tab, sf, si, sb):
+    """Apply the loaded account's action in every world (`kernel`'s first phase)."""
+    s = state_views(fb, ib, kb, bb, tab)
+    buf = _carve(pi, sf, si, sb)[1]
+    for b in range(s.tick.shape[0]):
+        _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i, out_b,
+                      buf)
+
+
+@jit_flat
+def _tick_stage(stage, pf, pi, beh, cf, fb, ib, kb, bb, tab, sf, si, sb, lmove_all, ap_all, count, usd):
+    """One stage of every world's tick (`STAGE_*`), as `kernel` runs it. lmove_all (B, M): the markets' last moves
+    (PERPS writes, FEED reads); ap_all (B, M): the resolution payouts by market (PAY writes the loaded account's,
+    SETTLE reads every account's sum); count, usd (B,): FUNDING's liquidations, PAY's markets due and payout."""
+    s = state_views(fb, ib, kb, bb, tab)
+    (u4, buf, ret, payment, _, tot_yes, tot_no, per_usd, fee_m, _, npc_pay_m, amt, kbuf, npc_pay, ts, npc_mk, hit,
+     due, npc_buys_yes) = _carve(pi, sf, si, sb)
+    m = pi[_NUM_MARKETS]
+    for b in range(s.tick.shape[0]):
+        now = s.tick[b] + 1 if stage <= STAGE_FEED else s.tick[b]
+        key = s.key[b]
+        su = _U64(now) * _S16
+        if stage == STAGE_PERPS:
+            _mark_prices(b, s, m, lmove_all[b])
+            _advance_perps(b, s, pf, pi, cf, now, key, su, ret)
+        elif stage == STAGE_FUNDING:
+            count[b] = _funding_and_liquidation(b, s, pf, pi, now, payment, hit)
+        elif stage == STAGE_FEED:
+            _npc_trades(b, s, pf, pi, beh, now, key, su, lmove_all[b], tot_yes, tot_no, per_usd, fee_m, amt, kbuf,
+                        npc_mk, npc_buys_yes)
+            _information(b, s, pf, pi, beh, cf, now, key, su, ts)
+            s.tick[b] = now
+        elif stage == STAGE_PAY:
+            count[b], usd[b] = _pay_resolutions(b, s, (fb, ib, kb, bb, tab), pi, now, due, ap_all[b], buf)
+        else:
+            _settle_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, due, ap_all[b], buf, npc_pay, npc_pay_m, kbuf,
+                            u4)
 
 
 def scratch(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -866,33 +990,115 @@ def scratch(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 # The world step with real calls to its small helpers (`sim._jit.call_variant`): what `step` runs (the text face,
 # and the numeric face's unfused paths); the fused numeric step (envs/fused.py) calls `kernel`, all inlined.
-_kernel_calls = call_variant(globals(), "kernel", ("_resolve_and_reopen", "kernel"), helpers=(vars(_scalars),))
+_calls = call_variant(globals(), ("_pay_due", "_settle_due", "kernel", "_equities", "_act_all", "_tick_stage",
+                                 "_open_first_markets"),
+                      helpers=(vars(_scalars),))
+_kernel_calls = _calls["kernel"]
 
 
-def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> engine.StepOutcome:
-    """`engine.step`, compiled: apply one action per world, advance every world one tick, report.
+@functools.cache
+def _python_calls() -> dict:
+    """The kernels as Python (`sim._jit.python_twin`): the same source, run by the interpreter."""
+    return {name: python_twin(globals()[name]) for name in _calls}
 
-    Mutates `state` in place (every array, `npc_rep` included, is updated in place rather than
-    rebound). Falls back to `engine.step` when numba is not installed.
-    """
-    if numba is None:
-        return engine.step(state, actions, params)
-    b = state.tick.shape[0]
-    pf, pi, beh, cf = param_arrays(params)
-    out_f = np.empty((len(OUT_F), b))
-    out_i = np.empty((len(OUT_I), b), dtype=np.int64)
-    out_b = np.empty((len(OUT_B), b), dtype=np.bool_)
-    a = actions
-    args = (pf, pi, beh, cf, a.kind, a.target, a.side, a.amount, a.leverage, a.pre_error, a.pre_a, a.pre_b,
-            out_f, out_i, out_b, *packed(state), *scratch(pi))
+
+def _run(name: str, compiled: bool, *args):
+    """Call kernel `name` compiled (its copy in `_calls`; the first call in a process may compile it) or as Python."""
+    if not compiled or numba is None:
+        with np.errstate(over="ignore"):  # the draws' hash multiplies uint64s modulo 2**64, as compiled code does
+            return _python_calls()[name](*args)
     global _warm
-    if _warm:
-        ok = _kernel_calls(*args)
-    else:
-        with compile_notice(_kernel_calls):
-            ok = _kernel_calls(*args)
-        _warm = True
-    if not ok:
-        raise InvalidActionError(f"ActionBatch.kind must hold ActionType codes 0..{_MAX_KIND}, "
-                                 f"got {sorted(set(a.kind.tolist()))}; build batches with ActionBatch.from_actions")
+    if _warm and name == "kernel":
+        return _kernel_calls(*args)
+    with compile_notice(_calls[name]):
+        result = _calls[name](*args)
+    _warm = _warm or name == "kernel"
+    return result
+
+
+def _refuse_kinds(a: ActionBatch) -> None:
+    raise InvalidActionError(f"ActionBatch.kind must hold ActionType codes 0..{_MAX_KIND}, "
+                             f"got {sorted(set(a.kind.tolist()))}; build batches with ActionBatch.from_actions")
+
+
+def _outcome_rows(b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (np.empty((len(OUT_F), b)), np.empty((len(OUT_I), b), dtype=np.int64),
+            np.empty((len(OUT_B), b), dtype=np.bool_))
+
+
+def step(state: WorldState, actions: ActionBatch, params: WorldParams, *, compiled: bool = True) -> StepOutcome:
+    """Apply one action per world, advance every world one tick, and report the transition.
+
+    Mutates `state` in place (every array, `npc_rep` included, is updated in place rather than rebound). A failed
+    action leaves its world unchanged before the tick. compiled=False runs the same rules as Python
+    (``backend="numpy"``: readable, steppable in a debugger, no compile; its speed: docs/benchmarks.md), as does
+    every call where numba is missing. Raises InvalidActionError, touching no world, for a kind that is not an
+    ActionType.
+    """
+    pf, pi, beh, cf = param_arrays(params)
+    out_f, out_i, out_b = _outcome_rows(state.tick.shape[0])
+    a = actions
+    if not _run("kernel", compiled, pf, pi, beh, cf, a.kind, a.target, a.side, a.amount, a.leverage, a.pre_error,
+                a.pre_a, a.pre_b, out_f, out_i, out_b, *packed(state), *scratch(pi)):
+        _refuse_kinds(a)
     return outcome_of(out_f, out_i, out_b)
+
+
+def equities(state: WorldState, params: WorldParams, *, compiled: bool = True) -> np.ndarray:
+    """Each world's equity (USD, shape (B,)) as the step computes it (`equity_of`)."""
+    pf, pi, _, _ = param_arrays(params)
+    out = np.empty(state.tick.shape[0])
+    _run("_equities", compiled, pf, pi, *packed(state), *scratch(pi), out)
+    return out
+
+
+def act(state: WorldState, actions: ActionBatch, params: WorldParams, *, compiled: bool = True):
+    """The step's first phase alone: apply the loaded account's action in every world. Returns the outcome rows
+    (out_f, out_i, out_b; `OUT_F`, ...) with the action's fields filled, the tick's left unset."""
+    a = actions
+    if len(a.kind) and (a.kind.min() < 0 or a.kind.max() > _MAX_KIND):
+        _refuse_kinds(a)
+    pf, pi, _, _ = param_arrays(params)
+    rows = _outcome_rows(state.tick.shape[0])
+    _run("_act_all", compiled, pf, pi, a.kind, a.target, a.side, a.amount, a.leverage, a.pre_error, a.pre_a, a.pre_b,
+         *rows, *packed(state), *scratch(pi))
+    return rows
+
+
+def tick_stage(stage: int, state: WorldState, params: WorldParams, lmove: np.ndarray, ap: np.ndarray, *,
+               compiled: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """One stage of the tick (`STAGE_PERPS` ...) in every world; lmove and ap (B, M) as `_tick_stage` reads them.
+    Returns (count, usd), shape (B,): FUNDING's liquidations, PAY's markets due and payout (USD)."""
+    pf, pi, beh, cf = param_arrays(params)
+    b = state.tick.shape[0]
+    count, usd = np.zeros(b, dtype=np.int64), np.zeros(b)
+    _run("_tick_stage", compiled, stage, pf, pi, beh, cf, *packed(state), *scratch(pi), lmove, ap, count, usd)
+    return count, usd
+
+
+def reset(params: WorldParams, keys: np.ndarray, *, compiled: bool = True) -> WorldState:
+    """Build B fresh worlds, one per key (uint64, shape (B,)). The same key always gives the same world: perps at
+    their base prices spread by a log-normal draw, NPC reputations around their behaviour's centre, and the first
+    markets (`_open_market`). compiled=False opens the markets as Python (``backend="numpy"``), with the same bits.
+    """
+    keys = np.asarray(keys, dtype=np.uint64)
+    b, m, p, k, g = len(keys), params.num_markets, params.num_perps, params.num_npcs, params.num_groups
+    u = rng.uniforms(keys, RESET_STREAM, 2 * p + k)
+    base = np.array(PERP_BASE_PRICES[:p])
+    price0 = base * np.exp(PERP_START_SPREAD * rng.normals(u[:, :p], u[:, p : 2 * p]))
+    behaviour = npc_behaviours(params)
+    rep_centre = np.select(
+        [behaviour == NpcBehaviour.INFORMED, behaviour == NpcBehaviour.DECEIVER], [68.0, 58.0], default=48.0
+    )
+    npc_rep = np.clip(rep_centre[None, :] + 20.0 * (u[:, 2 * p : 2 * p + k] - 0.5), 0.0, 100.0)
+    state = WorldState.allocate(b, {"M": m, "P": p, "K": k, "G": g})
+    state.key[:] = keys
+    state.cash[:] = params.starting_cash
+    state.perp_price[:] = price0
+    state.perp_prev_price[:] = price0
+    state.perp_ema[:] = price0
+    state.npc_cash[:] = params.npc_starting_cash
+    state.npc_rep[:] = npc_rep
+    pf, pi, _, _ = param_arrays(params)
+    _run("_open_first_markets", compiled, pf, pi, *packed(state), *scratch(pi))
+    return state

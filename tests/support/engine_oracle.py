@@ -1,4 +1,15 @@
-"""The world engine: reset and step a batch of Babylon-style worlds, as numpy array functions.
+"""The differential oracle: the numpy engine the world's rules were first written in, frozen as it was.
+
+The package's one text of the rules is `rlaif_gym.sim.rules` (per world, compiled or run as Python); this
+vectorised engine stays in the tests so that tests/sim/test_rules.py can hold the two to each other over whole
+episodes (discrete fields exactly, floats to 1e-9 relative: exp and log come from other libraries here). It is
+not kept in step with new rules: a rule that changes the world on purpose is checked against its own tests, and
+this oracle then goes or is amended in the same commit. `step_agents` below is `sim.multi`'s multi-agent tick on
+this engine, as it was.
+
+The engine's own docstring:
+
+The world engine: reset and step a batch of Babylon-style worlds, as numpy array functions.
 
 Order of a step (docs/world.md): validate and apply the agent's action (fees, price impact) → advance
 the world one tick (perp prices and narratives, funding, liquidations, NPC trades, news, posts and
@@ -16,22 +27,20 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import InvalidActionError
-from . import rng
-from .actions import Action, ActionBatch, ActionType, ErrorCode, ResolvedAction
-from .params import (
+from rlaif_gym.errors import InvalidActionError
+from rlaif_gym.sim import rng
+from rlaif_gym.sim.actions import ActionBatch, ActionType, ErrorCode
+from rlaif_gym.sim.params import (
     GROUP_NAMES,
     NEWS_SOURCES,
     NPC_ROSTER,
     PERP_BASE_PRICES,
-    PERP_TICKERS,
     POST_HONESTY,
     NpcBehaviour,
     WorldParams,
-    npc_name,
 )
-from .pricing import buy_shares, sell_proceeds, yes_price
-from .state import FEED_LENGTH, WorldState
+from rlaif_gym.sim.pricing import buy_shares, sell_proceeds, yes_price
+from rlaif_gym.sim.state import FEED_LENGTH, WorldState
 
 __all__ = [
     "StepOutcome",
@@ -40,9 +49,9 @@ __all__ = [
     "liquidation_value",
     "npc_behaviours",
     "reset",
-    "resolve_action",
     "share_value",
     "step",
+    "step_agents",
     "truth_potential",
     "unrealized_pnl",
 ]
@@ -57,7 +66,7 @@ _INFORMED_NOISE = 0.06  # std of informed NPCs' belief around p*
 _REP_STEP = 4.0  # reputation change per right/wrong market call
 _NEWS_SOURCE_PROBS = np.array([0.35, 0.35, 0.30])
 # The ranges of the world's draws, each (low, span): a value is low + span * u for a uniform u in [0, 1).
-# Written once here; the compiled backend (`sim.fast`) and the state validator's bounds (`sim.bounds`) read them.
+# Written once here; the compiled backend (`sim.rules`) and the state validator's bounds (`sim.bounds`) read them.
 _TRUTH = (0.1, 0.8)  # a market's hidden true probability p*
 _OPENING_PRICE = (0.3, 0.4)  # a new market's YES price (uninformative)
 _NARRATIVE_LEAD = (6, 15)  # ticks from a narrative's start to its event: low + floor(span * u)
@@ -788,74 +797,76 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> StepOu
 
 
 # ---------------------------------------------------------------------------------------------
-# Canonical actions → batch rows (id lookup against the current state)
+# sim.multi's multi-agent tick on this engine, as it was (the accounts are sim.multi.Accounts)
 
 
-def _lookup_market(state: WorldState, b: int, ref: str) -> tuple[int, int]:
-    """(slot, error) for a market reference: "market-<serial>", a bare serial, or "slot:<i>"."""
-    text = ref.strip().lower()
-    if text.startswith("slot:"):
-        slot = int(text[5:]) if text[5:].isdigit() else -1
-        return (slot, ErrorCode.OK) if 0 <= slot < state.pm_serial.shape[1] else (slot, ErrorCode.UNKNOWN_MARKET)
-    digits = text.removeprefix("market-").removeprefix("market").removeprefix("#").strip()
-    if not digits.isdigit():
-        return -1, ErrorCode.UNKNOWN_MARKET
-    serial = int(digits)
-    hits = np.nonzero(state.pm_serial[b] == serial)[0]
-    if len(hits):
-        return int(hits[0]), ErrorCode.OK
-    return -1, ErrorCode.MARKET_CLOSED if serial < state.next_serial[b] else ErrorCode.UNKNOWN_MARKET
+def agent_order(state: WorldState, num_agents: int) -> np.ndarray:
+    u = rng.uniforms(state.key, (1 << 42) + state.tick, num_agents)
+    return np.argsort(u, axis=1, kind="stable")
 
 
-def _lookup_name(ref: str, names: list[str], prefix: str) -> int:
-    text = ref.strip().lower()
-    for i, name in enumerate(names):
-        if text in (name.lower(), f"{prefix}-{i}", f"{prefix}{i}", str(i)):
-            return i
-    return -1
+def _select(batches: list[ActionBatch], agents: np.ndarray) -> ActionBatch:
+    """Row b of the result is row b of `batches[agents[b]]`."""
+    worlds = np.arange(len(agents))
+    out = {}
+    for name in ("kind", "target", "side", "amount", "leverage", "pre_error", "pre_a", "pre_b"):
+        out[name] = np.stack([getattr(b, name) for b in batches])[agents, worlds]
+    return ActionBatch(**out)
 
 
-def resolve_action(state: WorldState, params: WorldParams, b: int, action: Action | None) -> ResolvedAction:
-    """Turn a canonical action for world `b` into an `ActionBatch` row, looking ids up in the state.
+def step_agents(state: WorldState, accounts, actions: list[ActionBatch], params: WorldParams,
+                order: np.ndarray | None = None) -> list[StepOutcome]:
+    """One tick of B worlds shared by A agents; returns one `StepOutcome` per agent (each over B worlds).
 
-    Returns a `ResolvedAction` (kind, target, side, amount, leverage, pre_error, pre_a, pre_b); unknown ids
-    become a pre_error so that the engine reports them without changing the state. None is a wait.
+    Args:
+        state: the shared worlds; their account slots are scratch space (overwritten).
+        accounts: the agents' accounts, updated in place.
+        actions: one `ActionBatch` per agent (decoded against that agent's own account).
+        order: (B, A) execution order; default `agent_order(state, A)`.
     """
-    if action is None or action.type == "wait":
-        return ResolvedAction.wait()
-    kind = ActionType[action.type.upper()]
-    target, side, amount, lev, code = 0, 0, 0.0, 1.0, ErrorCode.OK
-    if kind in (ActionType.BUY_PREDICTION, ActionType.SELL_PREDICTION):
-        target, code = _lookup_market(state, b, action.market or "")
-        side = 0 if action.outcome == "YES" else 1
-        amount = float(action.amount if kind == ActionType.BUY_PREDICTION else action.shares)
-    elif kind in (ActionType.OPEN_PERP, ActionType.CLOSE_PERP):
-        tickers = list(PERP_TICKERS[: params.num_perps])
-        if action.ticker is not None:
-            target = _lookup_name(action.ticker, tickers, "perp")
-        else:
-            ref = (action.position_id or "").lower().removeprefix("pos-")
-            serials = state.pos_serial[b]
-            target = next((t for t in range(params.num_perps)
-                           if ref.isdigit() and state.pos_side[b, t] != 0 and serials[t] == int(ref)), -1)
-            code = ErrorCode.OK if target >= 0 else ErrorCode.UNKNOWN_POSITION
-        if target < 0 and code == ErrorCode.OK:
-            code = ErrorCode.UNKNOWN_TICKER
-        side = 0 if action.side in (None, "LONG") else 1
-        amount = float(action.size or 0.0)
-        lev = float(action.leverage if action.leverage is not None else 1.0)
-    elif kind == ActionType.JOIN_GROUP:
-        target = _lookup_name(action.group or "", [n for n, _ in GROUP_NAMES[: params.num_groups]], "group")
-        code = ErrorCode.OK if target >= 0 else ErrorCode.UNKNOWN_GROUP
-    elif kind in (ActionType.CREATE_POST, ActionType.SEND_DM):
-        if not (action.content or "").strip():
-            code = ErrorCode.EMPTY_CONTENT
-        if kind == ActionType.SEND_DM:
-            names = [NPC_ROSTER[i % len(NPC_ROSTER)][0] for i in range(params.num_npcs)]
-            target = _lookup_name(action.recipient or "", names, "agent")
-            if target < 0:  # the display name the prompt's feed shows ("Satoshi Nakamotoe")
-                target = _lookup_name(action.recipient or "", [npc_name(i) for i in range(params.num_npcs)],
-                                      "agent")
-            if target < 0 and code == ErrorCode.OK:
-                code = ErrorCode.UNKNOWN_RECIPIENT
-    return ResolvedAction(kind, max(target, 0), side, amount, lev, code, float(target), 0.0)
+    n = accounts.num_agents
+    if len(actions) != n:
+        raise ValueError(f"step_agents needs one ActionBatch per agent: {n} agents, got {len(actions)} batches")
+    order = agent_order(state, n) if order is None else np.asarray(order)
+    eq0 = []
+    for a in range(n):  # every agent's equity before the tick, before anyone acts
+        accounts.load(state, a)
+        eq0.append(equity(state, params))
+    rounds = []
+    for r in range(n):
+        who = order[:, r]
+        accounts.load(state, who)
+        rounds.append(_act(state, params, _select(actions, who)))
+        accounts.save(state, who)
+    position = np.argsort(order, axis=1)  # position[b, a]: the round in which agent a acted in world b
+    phases = [_gather(rounds, position[:, a], eq0[a]) for a in range(n)]
+
+    def each_account(fn):
+        results = []
+        for a in range(n):
+            accounts.load(state, a)
+            results.append(fn())
+            accounts.save(state, a)
+        return results
+
+    liquidated, payouts, resolved = tick(state, params, each_account)
+    outcomes = []
+    for a in range(n):
+        accounts.load(state, a)
+        outcomes.append(_outcome(phases[a], equity(state, params), liquidated[a], resolved, payouts[a],
+                                        params))
+    return outcomes
+
+
+def _gather(rounds: list, rounds_of: np.ndarray, eq0: np.ndarray) -> _ActionPhase:
+    """One agent's action results: world b's from the round `rounds_of[b]` in which it acted there."""
+    worlds = np.arange(len(rounds_of))
+
+    def pick(get):
+        return np.stack([get(x) for x in rounds])[rounds_of, worlds]
+
+    r = _Result(ActionBatch.waits(len(worlds)))
+    for name in ("err", "ea", "eb", "shares", "usd", "fee"):
+        setattr(r, name, pick(lambda x, name=name: getattr(x.r, name)))
+    return _ActionPhase(eq0=eq0, r=r, success=pick(lambda x: x.success), added=pick(lambda x: x.added),
+                               lev=pick(lambda x: x.lev), exposure_ratio=pick(lambda x: x.exposure_ratio))
