@@ -1,71 +1,61 @@
 """`RLAIFEnvConfig`: the validated, documented configuration of the RLAIF envs (pydantic v2).
 
 Unknown keys are rejected with a "did you mean" hint; bad values raise `ConfigError` naming the
-field, the value and the accepted range. The world fields carry the same names and defaults as the
-sim's `WorldParams` (a test pins that), which the env builds from this config.
+field, the value and the accepted range. The world fields are `sim.params.WorldParams`'s own declarations
+(name, type, default, description, bounds), copied here; the env builds its `WorldParams` from them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import reprlib
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
     ValidationError,
+    create_model,
     field_validator,
     model_serializer,
     model_validator,
 )
 
 from .errors import ConfigError
+from .sim.params import WorldParams
 
-__all__ = ["REWARD_COMPONENTS", "RLAIFEnvConfig"]
+__all__ = ["REWARD_COMPONENTS", "RLAIFEnvConfig", "config_table"]
 
 REWARD_COMPONENTS = ("pnl", "format", "reasoning", "behavior", "risk", "truth_mark")
 
-_MAX_USD = 1e12
-"""Largest amount of money a config may set (USD): far above any use, far below float overflow."""
 _MAX_SCALE = 1e6
 """Largest reward scale or price a config may set (pnl_scale, form_scale, risk_*), and largest reward weight."""
-_MAX_TICKS = 1_000_000
-"""Largest number of ticks a config may set (num_ticks, market durations, funding interval): about 114
-simulated years, far above any use, far below int64 overflow in the sim's tick arithmetic."""
+_PYTHON_TYPES = {"int": int, "float": float}
 
 
-class RLAIFEnvConfig(BaseModel):
-    """Configuration of `RLAIFEnv`. Money in simulated USD, time in ticks (one simulated hour)."""
+def _world_fields() -> dict[str, Any]:
+    """The world's parameters as config fields: each `WorldParams` field with its type, default, description and
+    bounds, as `sim.params` declares them (so a parameter is written once, and the env builds its `WorldParams`
+    from the config's fields of the same names)."""
+    return {f.name: (_PYTHON_TYPES[f.type], Field(f.default, description=f.metadata["doc"], **f.metadata["bounds"]))
+            for f in dataclasses.fields(WorldParams)}
+
+
+_WorldConfig = create_model(
+    "_WorldConfig", __config__=ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False),
+    **_world_fields())
+
+
+class RLAIFEnvConfig(_WorldConfig):
+    """Configuration of `RLAIFEnv`. Money in simulated USD, time in ticks (one simulated hour).
+
+    The world's fields come first, from `sim.params.WorldParams` (its declarations: names, defaults, descriptions and
+    bounds); the rest are the reward's, the episode's, the faces' and the backend's, declared below."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
-
-    # --- world
-    num_ticks: int = Field(168, ge=2, le=_MAX_TICKS, description="Episode length in ticks; the env truncates here. "
-                           "At least 2: Gymnasium's check_env refuses an env that truncates after one step.")
-    starting_cash: float = Field(10_000.0, gt=0, le=_MAX_USD, description="Agent cash at reset, USD.")
-    num_markets: int = Field(4, ge=1, le=16, description="Prediction markets open at once.")
-    num_perps: int = Field(3, ge=1, le=5, description="Perpetual-futures tickers.")
-    num_npcs: int = Field(8, ge=1, le=64, description="NPC traders and posters.")
-    num_groups: int = Field(3, ge=1, le=3, description="Group chats the agent may join.")
-    market_liquidity: float = Field(5_000.0, gt=0, le=_MAX_USD, description="CPMM pool depth per side at 50%, shares.")
-    fee_rate: float = Field(0.001, ge=0, lt=0.1, description="Fee on trades and perp notional (fraction).")
-    min_fee: float = Field(0.01, ge=0, le=_MAX_USD, description="Minimum fee per agent trade, USD.")
-    min_order: float = Field(1.0, gt=0, le=_MAX_USD, description="Smallest agent order, USD or shares.")
-    market_duration_min: int = Field(24, ge=1, le=_MAX_TICKS, description="Shortest market life, ticks.")
-    market_duration_max: int = Field(72, ge=1, le=_MAX_TICKS, description="Longest market life, ticks.")
-    max_leverage: float = Field(10.0, ge=1, le=100, description="Perp leverage cap.")
-    funding_interval: int = Field(8, ge=1, le=_MAX_TICKS, description="Ticks between perp funding payments.")
-    perp_volatility: float = Field(0.006, ge=0, lt=0.2, description="Per-tick std of the perps' log price change.")
-    news_rate: float = Field(0.4, ge=0, le=1, description="Probability of a market news item per tick.")
-    post_rate: float = Field(0.7, ge=0, le=1, description="Probability of an NPC post per tick.")
-    tip_rate: float = Field(0.1, ge=0, le=1, description="Probability of a tip per group chat per tick.")
-    npc_trade_rate: float = Field(0.5, ge=0, le=1, description="Probability that each NPC trades per tick.")
-    npc_starting_cash: float = Field(5_000.0, ge=0, le=_MAX_USD, description="Each NPC's cash at reset, USD.")
-    narrative_rate: float = Field(0.06, ge=0, le=1, description="Per-tick chance a hidden perp narrative starts.")
 
     # --- reward
     reward_scheme: Literal["skill", "original"] = Field(
@@ -186,16 +176,10 @@ class RLAIFEnvConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> RLAIFEnvConfig:
-        if self.market_duration_min > self.market_duration_max:
-            raise ValueError(
-                f"market_duration_min ({self.market_duration_min}) must be <= market_duration_max "
-                f"({self.market_duration_max})"
-            )
+        WorldParams(**{name: getattr(self, name) for name in WorldParams.field_names()})  # its cross-field checks
         if self.reward_mark == "truth" and self.reward_scheme != "skill":
             raise ValueError("reward_mark='truth' is a potential-based term of the skill scheme; use "
                              "reward_scheme='skill' (the default) with it, or reward_mark='market'")
-        if self.min_order <= self.min_fee:
-            raise ValueError(f"min_order ({self.min_order}) must be greater than min_fee ({self.min_fee})")
         if self.numeric_perp_leverage > self.max_leverage:
             raise ValueError(
                 f"numeric_perp_leverage ({self.numeric_perp_leverage}) must be <= max_leverage ({self.max_leverage})"
@@ -205,6 +189,16 @@ class RLAIFEnvConfig(BaseModel):
 
 _LATE_DEFAULTS: dict[str, Any] = {"prompt_style": "full"}
 """Fields added after the records were pinned, with the default a dump leaves out (see `_omit_late_defaults`)."""
+
+
+def config_table() -> str:
+    """Every config field as a markdown table (name, default, meaning): what docs/config.md shows, generated from the
+    fields' declarations when the docs are built (docs_hooks.py), so a new field is documented where it is declared."""
+    rows = ["| field | default | meaning |", "|---|---|---|"]
+    for name, field in RLAIFEnvConfig.model_fields.items():
+        default = field.default_factory() if field.default_factory is not None else field.default
+        rows.append(f"| `{name}` | {default} | {field.description} |")
+    return "\n".join(rows)
 
 
 def _reject_unknown_keys(data: Mapping[str, Any]) -> None:

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from rlaif_gym import RLAIFEnvConfig
+
 ROOT = Path(__file__).resolve().parents[1]
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 NEEDS_SERVER = "<!-- docs-test: needs-server -->"
@@ -451,3 +453,6 @@ def test_mkdocs_build_strict(tmp_path: Path):
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-6000:]}"
+    config_page = (tmp_path / "site" / "config" / "index.html").read_text()
+    missing = [name for name in RLAIFEnvConfig.model_fields if f"<code>{name}</code>" not in config_page]
+    assert not missing, f"the built config page has no row for {missing} (docs_hooks.py's table)"

@@ -17,6 +17,7 @@ up by name (`PF.index("fee_rate")`), never by a number typed by hand.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
 import math
@@ -130,9 +131,9 @@ state_views = jit_view(state_views)  # noqa: F821 (defined by the exec above)
 
 # -- the constant arrays and the outcome rows
 
-PF = ("fee_rate", "min_fee", "min_order", "max_leverage", "perp_volatility", "news_rate", "post_rate", "tip_rate",
-      "npc_trade_rate", "narrative_rate", "market_liquidity")
-"""The float parameters (pf), in this order."""
+PF = tuple(f.name for f in dataclasses.fields(WorldParams) if f.type == "float")
+"""The float parameters (pf): every float field of `WorldParams`, in its order (a new parameter reaches the kernels
+with no edit here)."""
 COLUMNS = ("perp", "narr", "leak", "news", "post", "tip", "npc")
 """The phases with per-tick uniform draws, in the order of their columns (`draw_columns`), whose offsets end pi."""
 
@@ -146,9 +147,9 @@ def draw_columns(params: WorldParams) -> dict[str, int]:
     sizes = {"perp": 2 * p, "narr": 5, "leak": 2, "news": 4, "post": 4, "tip": 3 * g, "npc": 6 * k}
     assert tuple(sizes) == COLUMNS, "a phase with draws must be named in COLUMNS"
     return dict(zip(COLUMNS, itertools.accumulate(list(sizes.values())[:-1], initial=0), strict=True))
-PI = ("num_markets", "num_perps", "num_npcs", "num_groups", "market_duration_min", "market_duration_max",
-      "funding_interval", *(f"col_{name}" for name in COLUMNS))
-"""The integer parameters (pi): sizes and periods, then each phase's first draw column (`col_perp`, ...)."""
+PI = (*(f.name for f in dataclasses.fields(WorldParams) if f.type == "int"), *(f"col_{name}" for name in COLUMNS))
+"""The integer parameters (pi): every int field of `WorldParams`, in its order, then each phase's first draw column
+(`col_perp`, ...)."""
 CF_SIZE = {"source_weight": 3, "source_cum": 3, "source_reliability": 3, "group_weight": 3, "group_reliability": 3,
            "leak_weight": 1}
 """The feed constants (cf): its tables, concatenated in this order, and their lengths (news sources; group chats,

@@ -7,7 +7,7 @@ Money is in simulated USD, time in ticks (one simulated hour each).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 __all__ = [
     "GROUP_NAMES",
@@ -101,84 +101,68 @@ GROUP_NAMES: tuple[tuple[str, float], ...] = (
 )
 
 
+MAX_USD = 1e12
+"""Largest amount of money a parameter may set (USD): far above any use, far below float overflow."""
+MAX_TICKS = 1_000_000
+"""Largest number of ticks a parameter may set (num_ticks, market durations, funding interval): about 114 simulated
+years, far above any use, far below int64 overflow in the tick arithmetic."""
+
+
+def _param(default: float, doc: str, **bounds: float):
+    """A `WorldParams` field, written once: its default, what it means (the config's description, docs/config.md)
+    and its bounds (ge, gt, le, lt: checked here, and by the config that copies them)."""
+    return field(default=default, metadata={"doc": doc, "bounds": bounds})
+
+
+_BOUND_CHECKS = {"ge": (lambda v, b: v >= b, ">="), "gt": (lambda v, b: v > b, ">"),
+                 "le": (lambda v, b: v <= b, "<="), "lt": (lambda v, b: v < b, "<")}
+
+
 @dataclass(frozen=True, kw_only=True)
 class WorldParams:
     """Parameters of one batch of worlds. All worlds in a batch share them.
 
-    Validation lives in `__post_init__` (plain ValueError: the pydantic config at the boundary
-    turns it into a ConfigError with the field name).
+    Each parameter is declared once, here (`_param`: default, description, bounds); the pydantic config at the
+    package boundary (`RLAIFEnvConfig`) copies the fields, and the kernels' constant arrays read every int and float
+    field by name (`sim.packing`). Validation lives in `__post_init__` (plain ValueError: the config turns it into a
+    ConfigError with the field name).
     """
 
-    num_ticks: int = 168
-    """Episode length in ticks (one simulated hour each); the env truncates here."""
-    starting_cash: float = 10_000.0
-    """Agent cash at reset, USD."""
-    num_markets: int = 4
-    """Binary prediction markets open at once; a resolved market's slot reopens with a new question."""
-    num_perps: int = 3
-    """Perpetual-futures tickers (at most 5)."""
-    num_npcs: int = 8
-    """NPC traders/posters, archetypes taken in order from the roster."""
-    num_groups: int = 3
-    """Group chats the agent may join (at most 3)."""
-    market_liquidity: float = 5_000.0
-    """CPMM pool depth per side at a 50% price, in shares (≈ USD)."""
-    fee_rate: float = 0.001
-    """Trading fee on prediction trades and perp notional (0.1%)."""
-    min_fee: float = 0.01
-    """Minimum fee per agent trade, USD."""
-    min_order: float = 1.0
-    """Smallest agent order, USD (buys, perp notional) or shares (sells)."""
-    market_duration_min: int = 24
-    """Shortest market life, ticks."""
-    market_duration_max: int = 72
-    """Longest market life, ticks."""
-    max_leverage: float = 10.0
-    """Leverage cap for perps; opening above it fails."""
-    funding_interval: int = 8
-    """Ticks between perp funding payments."""
-    perp_volatility: float = 0.006
-    """Per-tick log-return standard deviation of perps."""
-    news_rate: float = 0.4
-    """Probability that a market news item appears in a tick."""
-    post_rate: float = 0.7
-    """Probability that an NPC post appears in a tick."""
-    tip_rate: float = 0.1
-    """Probability per group and tick of a tip in that group chat."""
-    npc_trade_rate: float = 0.5
-    """Probability that each NPC trades in a tick."""
-    npc_starting_cash: float = 5_000.0
-    """Each NPC's cash at reset, USD."""
-    narrative_rate: float = 0.06
-    """Per-tick probability that a hidden perp narrative starts (when none is running)."""
+    num_ticks: int = _param(168, "Episode length in ticks; the env truncates here. At least 2: Gymnasium's "
+                            "check_env refuses an env that truncates after one step.", ge=2, le=MAX_TICKS)
+    starting_cash: float = _param(10_000.0, "Agent cash at reset, USD.", gt=0, le=MAX_USD)
+    num_markets: int = _param(4, "Prediction markets open at once.", ge=1, le=16)
+    num_perps: int = _param(3, "Perpetual-futures tickers.", ge=1, le=len(PERP_TICKERS))
+    num_npcs: int = _param(8, "NPC traders and posters.", ge=1, le=64)
+    num_groups: int = _param(3, "Group chats the agent may join.", ge=1, le=len(GROUP_NAMES))
+    market_liquidity: float = _param(5_000.0, "CPMM pool depth per side at 50%, shares.", gt=0, le=MAX_USD)
+    fee_rate: float = _param(0.001, "Fee on trades and perp notional (fraction).", ge=0, lt=0.1)
+    min_fee: float = _param(0.01, "Minimum fee per agent trade, USD.", ge=0, le=MAX_USD)
+    min_order: float = _param(1.0, "Smallest agent order, USD or shares.", gt=0, le=MAX_USD)
+    market_duration_min: int = _param(24, "Shortest market life, ticks.", ge=1, le=MAX_TICKS)
+    market_duration_max: int = _param(72, "Longest market life, ticks.", ge=1, le=MAX_TICKS)
+    max_leverage: float = _param(10.0, "Perp leverage cap.", ge=1, le=100)
+    funding_interval: int = _param(8, "Ticks between perp funding payments.", ge=1, le=MAX_TICKS)
+    perp_volatility: float = _param(0.006, "Per-tick std of the perps' log price change.", ge=0, lt=0.2)
+    news_rate: float = _param(0.4, "Probability of a market news item per tick.", ge=0, le=1)
+    post_rate: float = _param(0.7, "Probability of an NPC post per tick.", ge=0, le=1)
+    tip_rate: float = _param(0.1, "Probability of a tip per group chat per tick.", ge=0, le=1)
+    npc_trade_rate: float = _param(0.5, "Probability that each NPC trades per tick.", ge=0, le=1)
+    npc_starting_cash: float = _param(5_000.0, "Each NPC's cash at reset, USD.", ge=0, le=MAX_USD)
+    narrative_rate: float = _param(0.06, "Per-tick chance a hidden perp narrative starts.", ge=0, le=1)
 
     def __post_init__(self) -> None:
-        checks = [
-            (self.num_ticks >= 1, "num_ticks", ">= 1"),
-            (self.starting_cash > 0, "starting_cash", "> 0"),
-            (1 <= self.num_markets <= 16, "num_markets", "in [1, 16]"),
-            (1 <= self.num_perps <= len(PERP_TICKERS), "num_perps", f"in [1, {len(PERP_TICKERS)}]"),
-            (1 <= self.num_npcs <= 64, "num_npcs", "in [1, 64]"),
-            (1 <= self.num_groups <= len(GROUP_NAMES), "num_groups", f"in [1, {len(GROUP_NAMES)}]"),
-            (self.market_liquidity > 0, "market_liquidity", "> 0"),
-            (0 <= self.fee_rate < 0.1, "fee_rate", "in [0, 0.1)"),
-            (self.min_fee >= 0, "min_fee", ">= 0"),
-            (self.min_order > self.min_fee, "min_order", "> min_fee"),
-            (1 <= self.market_duration_min <= self.market_duration_max, "market_duration_min",
-             "in [1, market_duration_max]"),
-            (1 <= self.max_leverage <= 100, "max_leverage", "in [1, 100]"),
-            (self.funding_interval >= 1, "funding_interval", ">= 1"),
-            (0 <= self.perp_volatility < 0.2, "perp_volatility", "in [0, 0.2)"),
-            (0 <= self.news_rate <= 1, "news_rate", "in [0, 1]"),
-            (0 <= self.post_rate <= 1, "post_rate", "in [0, 1]"),
-            (0 <= self.tip_rate <= 1, "tip_rate", "in [0, 1]"),
-            (0 <= self.npc_trade_rate <= 1, "npc_trade_rate", "in [0, 1]"),
-            (self.npc_starting_cash >= 0, "npc_starting_cash", ">= 0"),
-            (0 <= self.narrative_rate <= 1, "narrative_rate", "in [0, 1]"),
-        ]
-        for ok, name, expected in checks:
-            if not ok:
-                raise ValueError(f"{name} must be {expected}, got {getattr(self, name)!r}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            for kind, bound in f.metadata.get("bounds", {}).items():
+                holds, op = _BOUND_CHECKS[kind]
+                if not holds(value, bound):  # NaN fails every bound
+                    raise ValueError(f"{f.name} must be {op} {bound:g}, got {value!r}")
+        if self.market_duration_min > self.market_duration_max:
+            raise ValueError(f"market_duration_min ({self.market_duration_min}) must be <= market_duration_max "
+                             f"({self.market_duration_max})")
+        if self.min_order <= self.min_fee:
+            raise ValueError(f"min_order ({self.min_order}) must be greater than min_fee ({self.min_fee})")
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

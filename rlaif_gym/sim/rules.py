@@ -29,6 +29,7 @@ the same commit.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 
@@ -174,6 +175,14 @@ _EQUITY_BEFORE, _EQUITY_AFTER, _PNL_DELTA, _EXPOSURE_RATIO = (
 _LEVERAGE_REQUESTED, _PAYOUT = OUT_F.index("leverage_requested"), OUT_F.index("payout")
 _ERROR, _RESOLVED, _LIQUIDATED = (OUT_I.index(n) for n in OUT_I)
 _SUCCESS, _ADDED_EXPOSURE, _BANKRUPT = (OUT_B.index(n) for n in OUT_B)
+
+
+Scratch = collections.namedtuple("Scratch", ["u4", "buf", "ret", "payment", "lmove", "tot_yes", "tot_no", "per_usd",
+                                             "fee_m", "ap", "npc_pay_m", "amt", "kbuf", "npc_pay", "ts", "npc_mk",
+                                             "hit", "due", "npc_buys_yes"])
+"""The kernels' per-world scratch arrays by name (`_carve` cuts them from the three buffers `scratch` allocates):
+u4 4 uniforms; buf max(M, P, K, 8) floats for sums; per perp: ret, payment, hit; per market: lmove, tot_yes, tot_no,
+per_usd, fee_m, ap, npc_pay_m, ts, due; per NPC: amt, kbuf, npc_mk, npc_buys_yes; npc_pay (K, M)."""
 
 
 @jit_phase
@@ -706,6 +715,27 @@ def _information(b, s, pf, pi, beh, cf, now, key, su, ts):
 
 
 @jit_phase
+def _rule_uniform(key, stream, now, j):
+    """The j-th uniform in [0, 1) of a rule's own random stream at tick `now`: a rule that draws from its own
+    stream (a constant of its own, a multiple of 2**40 not taken by `sim.constants`' streams, below 2**47) adds its
+    draws without moving any other phase's."""
+    return _uniform_at(key, _U64(stream + now) * _S16, j)
+
+
+@jit_phase
+def _world_tick(b, s, pf, pi, beh, cf, now, key, su, lmove, sf, si, sb):
+    """The world's own part of the tick, after the accounts' funding: the NPCs trade, the feed arrives, the clock
+    advances. The one place a new world rule is called (the step's kernel and the multi-agent stages both run this).
+    A rule with draws of its own takes them from its own stream (`_rule_uniform`), so no other phase's draws move.
+    lmove: the markets' moves since the last tick (`_mark_prices`); sf, si, sb: the kernels' scratch (`_carve`)."""
+    sc = _carve(pi, sf, si, sb)
+    _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, sc.tot_yes, sc.tot_no, sc.per_usd, sc.fee_m, sc.amt, sc.kbuf,
+                sc.npc_mk, sc.npc_buys_yes)
+    _information(b, s, pf, pi, beh, cf, now, key, su, sc.ts)
+    s.tick[b] = now
+
+
+@jit_phase
 def _open_market(b, s, j, serial, now, life_min, life_max, liq, u4):
     """Open market `serial` in world b's slot j at tick `now`, with a life of life_min..life_max ticks and pools of
     2 x liq USD. Its hidden truth, outcome, opening price and life depend only on (world key, serial); the opening
@@ -743,7 +773,7 @@ def _open_first_markets(pf, pi, fb, ib, kb, bb, tab, sf, si, sb):
     """Reset's markets: every world opens markets 0..M-1 in slots 0..M-1 at its tick, with lives from half the
     shortest (so the first resolutions are spread out) to the longest."""
     s = state_views(fb, ib, kb, bb, tab)
-    u4 = _carve(pi, sf, si, sb)[0]
+    u4 = _carve(pi, sf, si, sb).u4
     m, dmin, dmax, liq = pi[_NUM_MARKETS], pi[_DURATION_MIN], pi[_DURATION_MAX], pf[_MARKET_LIQUIDITY]
     for b in range(s.tick.shape[0]):
         for j in range(m):
@@ -862,9 +892,8 @@ def _settle_markets(b, s, packed_state, pf, pi, now, due, ap, buf, npc_pay, npc_
 
 @jit_phase
 def _carve(pi, sf, si, sb):
-    """The kernels' scratch, carved from sf / si / sb in `scratch`'s sizes (every element is written before it is
-    read): (u4, buf, ret, payment, lmove, tot_yes, tot_no, per_usd, fee_m, ap, npc_pay_m, amt, kbuf, npc_pay, ts,
-    npc_mk, hit, due, npc_buys_yes)."""
+    """The kernels' scratch (`Scratch`), carved from sf / si / sb in `scratch`'s sizes (every element is written
+    before it is read)."""
     m, np_, k = pi[_NUM_MARKETS], pi[_NUM_PERPS], pi[_NUM_NPCS]
     nbuf = max(m, np_, k, 8)
     u4, buf, ret, payment = sf[0:4], sf[4:4 + nbuf], sf[4 + nbuf:4 + nbuf + np_], sf[4 + nbuf + np_:4 + nbuf + 2 * np_]
@@ -875,8 +904,8 @@ def _carve(pi, sf, si, sb):
     amt, kbuf, npc_pay = sf[o:o + k], sf[o + k:o + 2 * k], sf[o + 2 * k:o + 2 * k + k * m].reshape((k, m))
     ts, npc_mk = si[0:m], si[m:m + k]
     hit, due, npc_buys_yes = sb[0:np_], sb[np_:np_ + m], sb[np_ + m:np_ + m + k]
-    return (u4, buf, ret, payment, lmove, tot_yes, tot_no, per_usd, fee_m, ap, npc_pay_m, amt, kbuf, npc_pay, ts,
-            npc_mk, hit, due, npc_buys_yes)
+    return Scratch(u4, buf, ret, payment, lmove, tot_yes, tot_no, per_usd, fee_m, ap, npc_pay_m, amt, kbuf, npc_pay,
+                   ts, npc_mk, hit, due, npc_buys_yes)
 
 
 @jit_flat
@@ -893,27 +922,23 @@ def kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre
         if kind[b] < 0 or kind[b] > _MAX_KIND:
             return False
     m = pi[_NUM_MARKETS]
-    (u4, buf, ret, payment, lmove, tot_yes, tot_no, per_usd, fee_m, ap, npc_pay_m, amt, kbuf, npc_pay, ts, npc_mk, hit,
-     due, npc_buys_yes) = _carve(pi, sf, si, sb)
-
+    sc = _carve(pi, sf, si, sb)
     for b in range(nb):
         eq0 = _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i,
-                            out_b, buf)
+                            out_b, sc.buf)
         now = s.tick[b] + 1
         key = s.key[b]
         su = _U64(now) * _S16
-        _mark_prices(b, s, m, lmove)
-        _advance_perps(b, s, pf, pi, cf, now, key, su, ret)
-        out_i[_LIQUIDATED, b] = _funding_and_liquidation(b, s, pf, pi, now, payment, hit)
-        _npc_trades(b, s, pf, pi, beh, now, key, su, lmove, tot_yes, tot_no, per_usd, fee_m, amt, kbuf, npc_mk,
-                    npc_buys_yes)
-        _information(b, s, pf, pi, beh, cf, now, key, su, ts)
-        s.tick[b] = now
-        n_due, payout = _pay_resolutions(b, s, (fb, ib, kb, bb, tab), pi, now, due, ap, buf)
-        _settle_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4)
+        _mark_prices(b, s, m, sc.lmove)
+        _advance_perps(b, s, pf, pi, cf, now, key, su, sc.ret)
+        out_i[_LIQUIDATED, b] = _funding_and_liquidation(b, s, pf, pi, now, sc.payment, sc.hit)
+        _world_tick(b, s, pf, pi, beh, cf, now, key, su, sc.lmove, sf, si, sb)
+        n_due, payout = _pay_resolutions(b, s, (fb, ib, kb, bb, tab), pi, now, sc.due, sc.ap, sc.buf)
+        _settle_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, sc.due, sc.ap, sc.buf, sc.npc_pay, sc.npc_pay_m,
+                        sc.kbuf, sc.u4)
         out_i[_RESOLVED, b] = n_due
         out_f[_PAYOUT, b] = payout
-        eq1 = equity_of(b, s, pf, pi, buf)
+        eq1 = equity_of(b, s, pf, pi, sc.buf)
         out_f[_EQUITY_AFTER, b] = eq1
         out_f[_PNL_DELTA, b] = eq1 - eq0
         out_b[_BANKRUPT, b] = eq1 < pf[_MIN_FEE]
@@ -926,15 +951,16 @@ def kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre
 
 
 STAGE_PERPS, STAGE_FUNDING, STAGE_FEED, STAGE_PAY, STAGE_SETTLE = range(5)
-"""The tick's stages, in `kernel`'s order: the world's perps; one account's funding and liquidations; the NPC
-trades and the feed (the tick advances); one account's resolution payouts; the markets' settlement."""
+"""The tick's stages, in `kernel`'s order: the world's perps; one account's funding and liquidations; the world's
+own tick (`_world_tick`: NPC trades, the feed, the clock); one account's resolution payouts; the markets'
+settlement."""
 
 
 @jit_flat
 def _equities(pf, pi, fb, ib, kb, bb, tab, sf, si, sb, out):
     """out[b] = equity of world b (USD)."""
     s = state_views(fb, ib, kb, bb, tab)
-    buf = _carve(pi, sf, si, sb)[1]
+    buf = _carve(pi, sf, si, sb).buf
     for b in range(s.tick.shape[0]):
         out[b] = equity_of(b, s, pf, pi, buf)
 
@@ -944,7 +970,7 @@ def _act_all(pf, pi, kind, target, side, amount, leverage, pre_error, pre_a, pre
              bb, tab, sf, si, sb):
     """Apply the loaded account's action in every world (`kernel`'s first phase)."""
     s = state_views(fb, ib, kb, bb, tab)
-    buf = _carve(pi, sf, si, sb)[1]
+    buf = _carve(pi, sf, si, sb).buf
     for b in range(s.tick.shape[0]):
         _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i, out_b,
                       buf)
@@ -956,8 +982,7 @@ def _tick_stage(stage, pf, pi, beh, cf, fb, ib, kb, bb, tab, sf, si, sb, lmove_a
     (PERPS writes, FEED reads); ap_all (B, M): the resolution payouts by market (PAY writes the loaded account's,
     SETTLE reads every account's sum); count, usd (B,): FUNDING's liquidations, PAY's markets due and payout."""
     s = state_views(fb, ib, kb, bb, tab)
-    (u4, buf, ret, payment, _, tot_yes, tot_no, per_usd, fee_m, _, npc_pay_m, amt, kbuf, npc_pay, ts, npc_mk, hit,
-     due, npc_buys_yes) = _carve(pi, sf, si, sb)
+    sc = _carve(pi, sf, si, sb)
     m = pi[_NUM_MARKETS]
     for b in range(s.tick.shape[0]):
         now = s.tick[b] + 1 if stage <= STAGE_FEED else s.tick[b]
@@ -965,19 +990,16 @@ def _tick_stage(stage, pf, pi, beh, cf, fb, ib, kb, bb, tab, sf, si, sb, lmove_a
         su = _U64(now) * _S16
         if stage == STAGE_PERPS:
             _mark_prices(b, s, m, lmove_all[b])
-            _advance_perps(b, s, pf, pi, cf, now, key, su, ret)
+            _advance_perps(b, s, pf, pi, cf, now, key, su, sc.ret)
         elif stage == STAGE_FUNDING:
-            count[b] = _funding_and_liquidation(b, s, pf, pi, now, payment, hit)
+            count[b] = _funding_and_liquidation(b, s, pf, pi, now, sc.payment, sc.hit)
         elif stage == STAGE_FEED:
-            _npc_trades(b, s, pf, pi, beh, now, key, su, lmove_all[b], tot_yes, tot_no, per_usd, fee_m, amt, kbuf,
-                        npc_mk, npc_buys_yes)
-            _information(b, s, pf, pi, beh, cf, now, key, su, ts)
-            s.tick[b] = now
+            _world_tick(b, s, pf, pi, beh, cf, now, key, su, lmove_all[b], sf, si, sb)
         elif stage == STAGE_PAY:
-            count[b], usd[b] = _pay_resolutions(b, s, (fb, ib, kb, bb, tab), pi, now, due, ap_all[b], buf)
+            count[b], usd[b] = _pay_resolutions(b, s, (fb, ib, kb, bb, tab), pi, now, sc.due, ap_all[b], sc.buf)
         else:
-            _settle_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, due, ap_all[b], buf, npc_pay, npc_pay_m, kbuf,
-                            u4)
+            _settle_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, sc.due, ap_all[b], sc.buf, sc.npc_pay,
+                            sc.npc_pay_m, sc.kbuf, sc.u4)
 
 
 def scratch(pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

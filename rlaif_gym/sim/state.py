@@ -30,12 +30,17 @@ class FieldSpec(NamedTuple):
     dtype: np.dtype
     dims: tuple[str, ...]
     fill: float
+    bounds: tuple[float, float, str] | None = None
 
 
-def _array(dtype: np.dtype, *dims: str, fill: float = 0) -> Any:
+def _array(dtype: np.dtype, *dims: str, fill: float = 0, bounds: tuple[float, float, str] | None = None) -> Any:
     """A `WorldState` field declaration: the one place its dtype, shape and initial value are written (the
-    state allocates from it, and the kernels derive their packed layout and views from it)."""
-    return field(metadata={"dtype": dtype, "dims": dims, "fill": fill})
+    state allocates from it, and the kernels derive their packed layout and views from it).
+
+    bounds: (low, high, why), the values the rules can give the field whatever the tick and the config, for a field
+    whose range is a constant (`sim.validate.check_state` refuses a restored state outside it); a field whose range
+    depends on the tick or the config has its entry in `sim.validate` instead."""
+    return field(metadata={"dtype": dtype, "dims": dims, "fill": fill, "bounds": bounds})
 
 
 @dataclass
@@ -193,5 +198,5 @@ def field_specs() -> tuple[FieldSpec, ...]:
     return _FIELD_SPECS
 
 
-_FIELD_SPECS = tuple(FieldSpec(f.name, f.metadata["dtype"], f.metadata["dims"], f.metadata["fill"])
+_FIELD_SPECS = tuple(FieldSpec(f.name, *(f.metadata[k] for k in ("dtype", "dims", "fill", "bounds")))
                      for f in fields(WorldState))

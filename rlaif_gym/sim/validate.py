@@ -2,13 +2,13 @@
 
 A snapshot token or a dataset row carries a `WorldState` as plain arrays. Before any kernel reads it,
 `check_state` checks every field: the dtype and shape `reset` gives for these params (the compiled kernels
-index without bounds checks), finite floats, and the range the rules allow by the state's tick (`_RANGES`,
-one entry per field; a test puts an absurd value in each): indices within the world's sizes, counters within
-what the ticks elapsed allow, prices and probabilities within theirs, and money and shares within what the
-config's cash and liquidity can grow to (`sim.bounds`), every share backed by its market's collateral. A
-state that passes steps to the end of its episode with finite numbers (for any config whose worst case stays
-in float range, see `sim.bounds`); one the world could not reach is refused, naming the field, the bound and
-the value.
+index without bounds checks), finite floats, and the range the rules allow by the state's tick (`_RANGES`, or
+the bounds declared with the field; one per field; a test puts an absurd value in each): indices within the
+world's sizes, counters within what the ticks elapsed allow, prices and probabilities within theirs, and money
+and shares within what the config's cash and liquidity can grow to (`sim.bounds`), every share backed by its
+market's collateral. A state that passes steps to the end of its episode with finite numbers (for any config
+whose worst case stays in float range, see `sim.bounds`); one the world could not reach is refused, naming the
+field, the bound and the value.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from . import bounds
 from .params import NEWS_SOURCES, WorldParams
 from .rules import reset
-from .state import WorldState
+from .state import WorldState, field_specs
 
 __all__ = ["check_state"]
 
@@ -193,7 +193,11 @@ _RANGES: dict[str, Callable[[_World], _Range] | None] = {
     "house_cash": _usd(signed=True),
     "fees_collected": _usd(),
 }
-"""Every `WorldState` field's allowed values (None: any value of its dtype), by the rules and the config."""
+"""The allowed values (None: any value of its dtype) of every `WorldState` field whose range depends on the tick or
+the config; a field with a constant range declares it with the field (`sim.state._array`'s bounds)."""
+_DECLARED = {spec.name: spec.bounds for spec in field_specs() if spec.bounds is not None}
+_unranged = [spec.name for spec in field_specs() if (spec.name in _RANGES) == (spec.name in _DECLARED)]
+assert not _unranged, f"each WorldState field needs one range, in sim/state.py (constant) or here: {_unranged}"
 
 _BACKED = ("pm_yes", "pm_no", "pm_house_yes", "pm_house_no", "hold_yes", "hold_no")
 """Share holdings of a market (the pool's, the house's, the agent's): each at most its collateral, as the NPCs'
@@ -252,6 +256,8 @@ def check_state(state: WorldState, params: WorldParams, batch_size: int = 1) -> 
     for name, rule in _RANGES.items():
         if rule is not None:
             _within(name, getattr(state, name), rule(world))
+    for name, (low, high, why) in _DECLARED.items():
+        _within(name, getattr(state, name), _Range(low, high, why))
     collateral = state.pm_collateral
     backed = _Range(0, collateral, "shares, each backed by 1 USD of the market's collateral")
     for name in _BACKED:
