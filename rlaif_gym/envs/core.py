@@ -168,14 +168,16 @@ class RLAIFCore:
                                              config.numeric_perp_leverage, num_worlds)
         self.state: sim.WorldState | None = None
 
-    def reset(self, keys: np.ndarray) -> np.ndarray:
-        """Start fresh worlds from their keys; returns the observations."""
-        self.state = self.fresh_worlds(keys)
+    def reset(self, keys: np.ndarray, *, compiled: bool | None = None) -> np.ndarray:
+        """Start fresh worlds from their keys; returns the observations. compiled: reset's own backend (None: the
+        core's)."""
+        self.state = self.fresh_worlds(keys, compiled=compiled)
         return self.observe()
 
-    def fresh_worlds(self, keys: np.ndarray) -> sim.WorldState:
-        """New worlds from their keys (uint64, shape (n,)), reset by this core's backend; the core keeps none."""
-        return sim.reset(self.params, keys, compiled=self.compiled)
+    def fresh_worlds(self, keys: np.ndarray, *, compiled: bool | None = None) -> sim.WorldState:
+        """New worlds from their keys (uint64, shape (n,)), reset by this core's backend (or `compiled`'s); the core
+        keeps none."""
+        return sim.reset(self.params, keys, compiled=self.compiled if compiled is None else compiled and self.compiled)
 
     # -- state fork (GRPO groups from one mid-episode state) ------------------------------------
 

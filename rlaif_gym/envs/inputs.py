@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import _MAX_TICKS as _CONFIG_MAX_TICKS
 from ..config import RLAIFEnvConfig
 from ..errors import ConfigError
+from ..sim.params import MAX_TICKS as _CONFIG_MAX_TICKS
 from .snapshot import EnvSnapshot, SnapshotFormatError
 
 __all__ = ["MAX_SEED", "MAX_TICKS", "check_config", "check_int", "check_items", "check_seed", "check_seeds",

@@ -147,6 +147,8 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         "render_fps": 4,
         "autoreset_mode": AutoresetMode.NEXT_STEP,
     }
+    _compiled_reset: ClassVar[bool | None] = None
+    """reset's backend: None, the config's."""
 
     def __init__(
         self,
@@ -178,7 +180,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         """
         check_reset_options(options)
         super().reset(seed=seed)
-        obs = self._core.reset(sim.draw_keys(self.np_random, 1))[0]
+        obs = self._core.reset(sim.draw_keys(self.np_random, 1), compiled=self._compiled_reset)[0]
         self._feedback, self._done = None, False
         self._prices, self._equity = [], []
         if self._behavior is not None:

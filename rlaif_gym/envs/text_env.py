@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
@@ -131,6 +131,10 @@ class RLAIFTextEnv(RLAIFEnv):
                               "observation space's bounds")
         out.update(_view=build_view(reader.world, reader.params, 0), _prompt=prompt, _numeric=numeric)
         return out
+
+    _compiled_reset: ClassVar[bool | None] = False
+    """The text face resets one world between LLM calls: as Python (the same bits, at a cost no LLM call notices),
+    so that its first start compiles the world step alone."""
 
     def __init__(
         self,

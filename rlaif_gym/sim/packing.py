@@ -29,10 +29,11 @@ import numpy as np
 from ._jit import jit_view, view  # noqa: F401 (`view` is read by the exec-built `state_views`)
 from .constants import GROUP_WEIGHT, LEAK_WEIGHT, NEWS_SOURCE_PROBS, SOURCE_WEIGHT, npc_behaviours
 from .params import GROUP_NAMES, NEWS_SOURCES, WorldParams
-from .state import WorldState, field_specs
+from .state import FEED_LENGTH, WorldState, field_specs
 
 __all__ = ["CF", "CF_OFFSET", "COLUMNS", "OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STATE_FIELDS", "StepOutcome",
-           "WorldArrays", "draw_columns", "outcome_of", "packed", "packed_copy", "param_arrays", "state_views"]
+           "WorldArrays", "draw_columns", "outcome_of", "packed", "packed_copy", "packed_fresh", "param_arrays",
+           "state_views"]
 
 WorldArrays = collections.namedtuple("WorldArrays", [spec.name for spec in field_specs()])
 """The WorldState fields as a tuple numba can pass around (built from a packed state by `state_views`)."""
@@ -91,6 +92,22 @@ def packed(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     result = (buffers["f"], buffers["i"], buffers["u"], buffers["b"], table)
     state.__dict__["_packed"] = result
     return result
+
+
+def packed_fresh(batch_size: int, sizes: dict[str, int]) -> WorldState:
+    """`WorldState.allocate`'s state (every field at its fill), its arrays already views of packed buffers (`packed`
+    returns them without a copy): what reset builds, so that a fresh world reaches the kernels with no copy."""
+    dims = {"R": FEED_LENGTH, **sizes}
+    shapes = [(batch_size, *(dims[d] for d in spec.dims)) for spec in field_specs()]
+    table, used = _pack_table(tuple((spec.dtype, shape) for spec, shape in zip(field_specs(), shapes, strict=True)))
+    buffers = {kind: np.empty(max(n, 1), dtype=_PACK_KINDS[kind]) for kind, n in used.items()}
+    arrays = {}
+    for i, (spec, shape, (kind, _)) in enumerate(zip(field_specs(), shapes, _PACKED_LAYOUT, strict=True)):
+        arrays[spec.name] = buffers[kind][table[i, 0]: table[i, 0] + math.prod(shape)].reshape(shape)
+        arrays[spec.name][...] = spec.fill
+    state = WorldState(**arrays)
+    state.__dict__["_packed"] = (buffers["f"], buffers["i"], buffers["u"], buffers["b"], table)
+    return state
 
 
 def packed_copy(state: WorldState) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -98,6 +98,7 @@ from .packing import (
     outcome_of,
     packed,
     packed_copy,
+    packed_fresh,
     param_arrays,
     state_views,
 )
@@ -1113,7 +1114,7 @@ def reset(params: WorldParams, keys: np.ndarray, *, compiled: bool = True) -> Wo
         [behaviour == NpcBehaviour.INFORMED, behaviour == NpcBehaviour.DECEIVER], [68.0, 58.0], default=48.0
     )
     npc_rep = np.clip(rep_centre[None, :] + 20.0 * (u[:, 2 * p : 2 * p + k] - 0.5), 0.0, 100.0)
-    state = WorldState.allocate(b, {"M": m, "P": p, "K": k, "G": g})
+    state = packed_fresh(b, {"M": m, "P": p, "K": k, "G": g})
     state.key[:] = keys
     state.cash[:] = params.starting_cash
     state.perp_price[:] = price0
