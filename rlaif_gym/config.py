@@ -165,12 +165,14 @@ class RLAIFEnvConfig(_WorldConfig):
 
     @model_serializer(mode="wrap")
     def _omit_late_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A dump leaves out the fields added after records were first pinned while they hold their default
-        (`_LATE_DEFAULTS`): a trajectory, manifest or snapshot of a default config stays byte for byte what it
-        was (tests/rollout/test_trajectory_bytes.py), and reading one back gives the default anyway."""
+        """A dump leaves out the fields added after records were first pinned (any field not in `_PINNED_FIELDS`)
+        while they hold their default: a trajectory, manifest or snapshot of a default config stays byte for byte
+        what it was (tests/rollout/test_trajectory_bytes.py) when a field is added, and reading one back gives the
+        default anyway."""
         data = handler(self)
-        for name, default in _LATE_DEFAULTS.items():
-            if data.get(name, None) == default:
+        for name, field in type(self).model_fields.items():
+            late = name not in _PINNED_FIELDS and name in data
+            if late and data[name] == field.get_default(call_default_factory=True):
                 del data[name]
         return data
 
@@ -187,8 +189,14 @@ class RLAIFEnvConfig(_WorldConfig):
         return self
 
 
-_LATE_DEFAULTS: dict[str, Any] = {"prompt_style": "full"}
-"""Fields added after the records were pinned, with the default a dump leaves out (see `_omit_late_defaults`)."""
+_PINNED_FIELDS = frozenset((
+    "num_ticks", "starting_cash", "num_markets", "num_perps", "num_npcs", "num_groups", "market_liquidity", "fee_rate",
+    "min_fee", "min_order", "market_duration_min", "market_duration_max", "max_leverage", "funding_interval",
+    "perp_volatility", "news_rate", "post_rate", "tip_rate", "npc_trade_rate", "npc_starting_cash", "narrative_rate",
+    "reward_scheme", "pnl_scale", "form_scale", "risk_threshold", "risk_penalty", "reward_weights", "reward_mark",
+    "archetype", "backend", "numeric_perp_leverage"))
+"""The fields the records held when they were first pinned: a dump always writes these, and a field added since
+only where it differs from its default (`_omit_late_defaults`), so adding a field changes no record."""
 
 
 def config_table() -> str:
