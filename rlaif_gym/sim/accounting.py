@@ -2,7 +2,7 @@
 batch of worlds (numpy, vectorised over the worlds).
 
 The step's own per-world valuation (`sim._scalars.equity`, which the compiled step and encoder use) follows the
-same formulas in numpy's operation order; tests/sim/test_fast.py holds the two to the same bits.
+same formulas in numpy's operation order; tests/sim/test_world_rules.py holds the two to the same bits.
 """
 
 from __future__ import annotations

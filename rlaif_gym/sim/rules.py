@@ -11,7 +11,7 @@ first markets with the same `_open_market`; the multi-agent tick (`sim.multi`) r
 (`tick_stage`) with each agent's account loaded in turn. Every function here is numba-compiled where numba imports
 (a core dependency; `sim._jit` holds the compile plumbing and the cache), and the same source runs as Python for
 ``backend="numpy"`` (`step(..., compiled=False)`, via `sim._jit.python_twin`) and wherever numba is missing: the
-two give the same bits (tests/sim/test_rules.py). The arithmetic the rules share, with numpy's semantics, lives in
+two give the same bits (tests/sim/test_world_rules.py). The arithmetic the rules share, with numpy's semantics, lives in
 `sim._scalars`; the fixed constants in `sim.constants`; how a state, the constants and the outcome reach and leave
 a kernel (flat buffers and named layouts) in `sim.packing`.
 
@@ -20,11 +20,11 @@ action mask (`encoding/`) build on: the kernel, the accounting helpers, numpy's 
 the constant and outcome arrays (by name: a caller looks its rows up, never hard-codes them) and the decorators.
 Everything with a leading underscore is the kernels' own.
 
-The rules were first written as a vectorised numpy engine; it is kept, frozen, in the tests (tests/support/
-engine_oracle.py), and tests/sim/test_rules.py holds these rules to it over whole episodes: discrete fields exactly,
-floats to 1e-9 relative (exp, log and log1p come from the C library here and from numpy's SIMD code there, and
-differ in the last bit for a few percent of arguments). A rule changed on purpose changes or retires the oracle in
-the same commit.
+The rules were first written as a vectorised numpy engine; it is kept, frozen, in the tests
+(tests/support/engine_oracle.py), and tests/sim/test_world_rules.py holds these rules to it over whole episodes:
+discrete fields exactly, floats to 1e-9 relative (exp, log and log1p come from the C library here and from numpy's
+SIMD code there, and differ in the last bit for a few percent of arguments). A rule changed on purpose changes or
+retires the oracle in the same commit.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The default numeric step is one compiled call (`envs.fused`) and changes nothing but the speed.
 
 Every comparison is against the unfused compiled path (decode, world kernel, reward and encoder run
-one after another), which tests/sim/test_rules.py and test_backend.py tie to the numpy reference:
+one after another), which tests/sim/test_world_rules.py and test_backend.py tie to the numpy reference:
 observations, rewards, flags and infos must be bit-identical over whole episodes, bankruptcies and
 autoresets included. The packed state the compiled calls take (`sim.rules.packed`) must stay one
 with the state's fields: rebinding a field, copying or pickling a state never leaves stale buffers.

@@ -2,8 +2,8 @@
 numpy engine's multi-agent tick (`engine_oracle.step_agents`), and compiled against Python.
 
 Random numeric actions of three agents in five worlds over whole episodes: every account and outcome field agrees
-with the oracle (integers and booleans exactly, floats within a relative 1e-9, as tests/sim/test_fast.py holds the
-single step), and the compiled and Python runs agree bit for bit.
+with the oracle (integers and booleans exactly, floats within a relative 1e-9, as tests/sim/test_world_rules.py
+holds the single step), and the compiled and Python runs agree bit for bit.
 """
 
 from __future__ import annotations

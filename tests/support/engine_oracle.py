@@ -1,7 +1,7 @@
 """The differential oracle: the numpy engine the world's rules were first written in, frozen as it was.
 
 The package's one text of the rules is `rlaif_gym.sim.rules` (per world, compiled or run as Python); this
-vectorised engine stays in the tests so that tests/sim/test_rules.py can hold the two to each other over whole
+vectorised engine stays in the tests so that tests/sim/test_world_rules.py can hold the two to each other over whole
 episodes (discrete fields exactly, floats to 1e-9 relative: exp and log come from other libraries here). It is
 not kept in step with new rules: a rule that changes the world on purpose is checked against its own tests, and
 this oracle then goes or is amended in the same commit. `step_agents` below is `sim.multi`'s multi-agent tick on

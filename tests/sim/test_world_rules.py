@@ -26,6 +26,7 @@ from rlaif_gym.sim import (
     WorldState,
     _jit,
     draw_keys,
+    equity,
     reset,
     rules,
     step,
@@ -128,6 +129,8 @@ def _run(params: WorldParams, seed: int, b: int, steps: int) -> dict:
         fo = rules.step(fst, a, params)
         _same(fst, py, fo, step(py, a, params, compiled=False))
         _compare(ref, fst, ro, fo, worst)
+        # The account's valuation: the step's per-world text (`_scalars.equity`) and the batch's (`sim.equity`).
+        assert np.array_equal(rules.equities(fst, params), equity(fst, params)), "equity: per world != batched"
         seen["errors"] |= set(ro.error.tolist())
         seen["succeeded"] |= set(a.kind[ro.success].tolist())
         seen["liquidated"] += int(ro.liquidated.sum())
