@@ -51,23 +51,37 @@ _FILLED_USD, _EQUITY_BEFORE, _PNL_DELTA, _EXPOSURE_RATIO, _LEVERAGE_REQUESTED = 
                                       "leverage_requested"))
 _ADDED_EXPOSURE, _BANKRUPT = sim_rules.OUT_B.index("added_exposure"), sim_rules.OUT_B.index("bankrupt")
 
+FC = (("buy_fractions", len(BUY_FRACTIONS)), ("sell_fractions", len(SELL_FRACTIONS)), ("perp_leverage", 1),
+      ("starting_cash", 1), ("pnl_scale", 1), ("max_leverage", 1), ("risk_threshold", 1), ("risk_penalty", 1),
+      ("c_pnl", 1), ("c_risk", 1), ("bankruptcy_penalty", 1),
+      ("obs_cash", 1), ("obs_duration_max", 1), ("obs_num_ticks", 1), ("obs_max_leverage", 1))
+"""The layout of `_fused`'s float constants (fc), name and length in order: the decoder's fractions and leverage,
+the reward's 8 constants, the encoder's 4 scales; the observation's low and high bounds (D each) follow."""
+_FC_AT = dict(zip((name for name, _ in FC), np.cumsum([0] + [n for _, n in FC[:-1]]).tolist(), strict=True))
+_FC_BOUNDS = sum(n for _, n in FC)
+_BUYS, _SELLS, _PERP_LEVERAGE = _FC_AT["buy_fractions"], _FC_AT["sell_fractions"], _FC_AT["perp_leverage"]
+_REWARD_CONSTS = tuple(_FC_AT[n] for n in ("starting_cash", "pnl_scale", "max_leverage", "risk_threshold",
+                                           "risk_penalty", "c_pnl", "c_risk", "bankruptcy_penalty"))
+_OBS_CONSTS = tuple(_FC_AT[n] for n in ("obs_cash", "obs_duration_max", "obs_num_ticks", "obs_max_leverage"))
+
 
 def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb, ib, kb, bb, tab, sf, si, sb, esc):
     """One step of every world; returns a status code (OK, BAD_ACTION, NOT_FINITE).
 
-    fc: buy fractions (5), sell fractions (5), perp leverage, the reward's 8 constants, the
-    encoder's 4 and its low and high bounds (D each); ic: the action space's nvec (4), then the ActionType
-    code of each numeric kind (`_KIND_CODES`). isc, fsc: scratch rows of the decoded batch; sf, si, sb:
-    the world kernel's scratch (`sim.rules.scratch`); esc: the encoder's (`encoding.fast.scratch`), whose
-    first max(M, P) floats also serve the decoder.
+    fc: the float constants, laid out as `FC` names them, then the observation's low and high bounds (D each);
+    ic: the action space's nvec (4), then the ActionType code of each numeric kind (`_KIND_CODES`). isc, fsc:
+    scratch rows of the decoded batch; sf, si, sb: the world kernel's scratch (`sim.rules.scratch`); esc: the
+    encoder's (`encoding.fast.scratch`), whose first max(M, P) floats also serve the decoder.
     """
     s = sim_rules.state_views(fb, ib, kb, bb, tab)
     nb = s.tick.shape[0]
     kind, target, side, pre_error = isc[0], isc[1], isc[2], isc[3]
     amount, leverage, pre_a, pre_b = fsc[0], fsc[1], fsc[2], fsc[3]
-    buy_fractions, sell_fractions, perp_leverage = fc[0:5], fc[5:10], fc[10]
+    buy_fractions = fc[_BUYS:_BUYS + len(BUY_FRACTIONS)]
+    sell_fractions = fc[_SELLS:_SELLS + len(SELL_FRACTIONS)]
+    perp_leverage = fc[_PERP_LEVERAGE]
     dim = obs.shape[1]
-    low, high = fc[23:23 + dim], fc[23 + dim:23 + 2 * dim]
+    low, high = fc[_FC_BOUNDS:_FC_BOUNDS + dim], fc[_FC_BOUNDS + dim:_FC_BOUNDS + 2 * dim]
     # The space check comes first and rejects the whole batch before any world changes.
     for b in range(nb):
         for j in range(4):
@@ -97,8 +111,9 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
                     out_b, fb, ib, kb, bb, tab, sf, si, sb)
     # The skill scheme's components (rewards.components.trading_component and
     # proportional_risk_component), then RewardFunction.combine's accumulation.
+    r0, r1, r2, r3, r4, r5, r6, r7 = _REWARD_CONSTS
     start, pnl_scale, max_lev, threshold, penalty, c_pnl, c_risk, bankrupt_penalty = (
-        fc[11], fc[12], fc[13], fc[14], fc[15], fc[16], fc[17], fc[18])
+        fc[r0], fc[r1], fc[r2], fc[r3], fc[r4], fc[r5], fc[r6], fc[r7])
     status = OK
     for b in range(nb):
         bankrupt = out_b[_BANKRUPT, b]
@@ -115,8 +130,9 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         if not (sim_rules.isfinite(pnl) and sim_rules.isfinite(risk)):
             status = NOT_FINITE
         out_f[_REWARD_ROW, b] = (0.0 + c_pnl * pnl) + c_risk * risk
-    encoding_fast.kernel(fc[19], fc[20], fc[21], fc[22], pf[_FEE_RATE], pf[_MIN_FEE], low, high, fb,
-                         ib, kb, bb, tab, obs, esc)
+    o0, o1, o2, o3 = _OBS_CONSTS
+    encoding_fast.kernel(fc[o0], fc[o1], fc[o2], fc[o3], pf[_FEE_RATE], pf[_MIN_FEE], low, high, fb, ib, kb, bb, tab,
+                         obs, esc)
     return status
 
 
@@ -137,13 +153,16 @@ class FusedStep:
                  num_worlds: int) -> None:
         n = num_worlds
         self.nvec = np.asarray(nvec, dtype=np.int64)
-        fc = np.concatenate([
-            BUY_FRACTIONS, SELL_FRACTIONS, [perp_leverage],
-            [reward_fn.starting_cash, reward_fn.pnl_scale, reward_fn.max_leverage, reward_fn.risk_threshold,
-             reward_fn.risk_penalty, reward_fn.coefficients["pnl"], reward_fn.coefficients["risk"], BANKRUPTCY_PENALTY],
-            [params.starting_cash, params.market_duration_max, params.num_ticks, params.max_leverage],
-            layout.low.astype(np.float64), layout.high.astype(np.float64),
-        ]).astype(np.float64)
+        values = {"buy_fractions": BUY_FRACTIONS, "sell_fractions": SELL_FRACTIONS, "perp_leverage": perp_leverage,
+                  "starting_cash": reward_fn.starting_cash, "pnl_scale": reward_fn.pnl_scale,
+                  "max_leverage": reward_fn.max_leverage, "risk_threshold": reward_fn.risk_threshold,
+                  "risk_penalty": reward_fn.risk_penalty, "c_pnl": reward_fn.coefficients["pnl"],
+                  "c_risk": reward_fn.coefficients["risk"], "bankruptcy_penalty": BANKRUPTCY_PENALTY,
+                  "obs_cash": params.starting_cash, "obs_duration_max": params.market_duration_max,
+                  "obs_num_ticks": params.num_ticks, "obs_max_leverage": params.max_leverage}
+        parts = [np.atleast_1d(np.asarray(values[name], dtype=np.float64)) for name, _ in FC]
+        assert [len(p) for p in parts] == [n for _, n in FC], "a constant's length differs from FC's"
+        fc = np.concatenate([*parts, layout.low.astype(np.float64), layout.high.astype(np.float64)])
         ic = np.concatenate([self.nvec, _KIND_CODES]).astype(np.int64)
         self._consts = (*sim_rules.param_arrays(params), fc, ic)
         self._scratch = (*sim_rules.scratch(self._consts[1]),
