@@ -105,10 +105,13 @@ from .packing import (
 from .params import PERP_BASE_PRICES, NpcBehaviour, WorldParams
 from .state import FEED_LENGTH, WorldState
 
-# The world step (available .. step) and the kernel surface (see the module docstring).
-__all__ = ["OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STATE_FIELDS", "WorldArrays", "available", "compile_notice",
-           "equity", "equity_of", "exposure", "fmax", "fmin", "isfinite", "jit", "jit_flat", "kernel",
-           "kernel_cache_dir", "outcome_of", "packed", "packed_copy", "param_arrays", "scratch", "state_views", "step"]
+# The world's entry points (reset, step; act, tick_stage, equities and the STAGE_ codes for sim.multi), then the kernel
+# surface (see the module docstring).
+__all__ = ["OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STAGE_FEED", "STAGE_FUNDING", "STAGE_PAY", "STAGE_PERPS",
+           "STAGE_SETTLE", "STATE_FIELDS", "WorldArrays", "act", "available", "compile_notice", "equities", "equity",
+           "equity_of", "exposure", "fmax", "fmin", "isfinite", "jit", "jit_flat", "kernel", "kernel_cache_dir",
+           "outcome_of", "packed", "packed_copy", "param_arrays", "reset", "scratch", "state_views", "step",
+           "tick_stage"]
 
 _warm = False  # `step` has run its compiled kernel in this process (so it skips `compile_notice`)
 _R = FEED_LENGTH
