@@ -149,7 +149,9 @@ class CoreStep:
 class RLAIFCore:
     """Holds B worlds and turns integer actions into observations, rewards and flags."""
 
-    def __init__(self, config: RLAIFEnvConfig, num_worlds: int) -> None:
+    def __init__(self, config: RLAIFEnvConfig, num_worlds: int, *, fused: bool = True) -> None:
+        """fused=False keeps the compiled backend off its fused step (the same bits, one compiled call per stage): for
+        a caller that should not wait for that kernel's compile, such as a report replaying baselines."""
         self.config = config
         self.params = world_params(config)
         self.layout = feature_layout(self.params)
@@ -160,11 +162,11 @@ class RLAIFCore:
         self.weights = self.reward_fn.weights
         self._sim_step, self._encode, self.compiled = _select_backend(config.backend)
         self.fused = None
-        if self.compiled:
-            from . import fused  # imports numba: only for the compiled backend
+        if self.compiled and fused:
+            from . import fused as fused_step  # imports numba: only for the compiled backend
 
-            if fused.supports(self.reward_fn, self.archetype):
-                self.fused = fused.FusedStep(self.params, self.layout, self.reward_fn, self.nvec,
+            if fused_step.supports(self.reward_fn, self.archetype):
+                self.fused = fused_step.FusedStep(self.params, self.layout, self.reward_fn, self.nvec,
                                              config.numeric_perp_leverage, num_worlds)
         self.state: sim.WorldState | None = None
 

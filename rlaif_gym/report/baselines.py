@@ -59,16 +59,18 @@ def baseline_curves(config: RLAIFEnvConfig | Mapping[str, Any] | None, seeds: Se
 
     The random agent draws from a generator seeded with 0, so the curves are reproducible.
     """
-    cfg = RLAIFEnvConfig.from_any(config, backend="numpy")
+    # The run's own backend: compiled where numba is (the world step and encoder a rollout already compiled; not the
+    # fused step, whose first compile a report should not wait for), as Python otherwise.
+    cfg = RLAIFEnvConfig.from_any(config)
     ticks = int(min(max(ticks, 0), cfg.num_ticks))
     seeds = np.asarray(list(seeds), dtype=np.int64)
-    core = RLAIFCore(cfg, num_worlds=len(seeds))
+    core = RLAIFCore(cfg, num_worlds=len(seeds), fused=False)
     keys = seed_keys(seeds.tolist())
     curves: dict[str, np.ndarray] = {}
     prices = None
     for name in agents:
         agent = BASELINE_AGENTS[name](core, seed=0)
-        obs = core.reset(keys)
+        obs = core.reset(keys, compiled=False)  # a reset per agent: no kernel to compile for it
         eq = np.empty((len(seeds), ticks + 1))
         eq[:, 0] = sim.equity(core.state, core.params)
         path = [core.state.perp_price.copy()]
@@ -84,7 +86,7 @@ def baseline_curves(config: RLAIFEnvConfig | Mapping[str, Any] | None, seeds: Se
         curves[name] = eq
         prices = np.stack(path, axis=1) if prices is None else prices  # (seeds, ticks + 1, P)
     if prices is None:  # no agent asked for: the prices alone
-        core.reset(keys)
+        core.reset(keys, compiled=False)
         prices = np.repeat(core.state.perp_price[:, None, :], ticks + 1, axis=1)
         for t in range(ticks):
             core.step(np.zeros((len(seeds), 4), dtype=np.int64))
