@@ -268,3 +268,20 @@ def test_a_throwaway_pack_matches_the_kept_one_and_leaves_the_state_alone():
     for a, b in zip(copied, kept, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     assert rules.packed_copy(state.copy()) is not kept and rules.packed(state) is rules.packed_copy(state)
+
+
+def test_every_random_stream_is_its_own():
+    """The world's random streams (`*_STREAM` constants: markets, reset, the agents' order, a rule's own draws) are
+    distinct multiples of 2**40 below 2**47, so that stream + tick or serial never reaches another stream and
+    stream * 2**16 (the draw counter's base) stays within 64 bits."""
+    from rlaif_gym.sim import constants, multi
+
+    streams: dict[str, int] = {}  # by name: rules imports constants' streams under their own names
+    for module in (constants, multi, rules):
+        for name, value in vars(module).items():
+            if name.endswith("_STREAM") and isinstance(value, int):
+                assert streams.setdefault(name, value) == value, f"{name} has two values"
+    assert len(streams) >= 3, streams
+    assert len(set(streams.values())) == len(streams), f"two streams share a value: {streams}"
+    for name, value in streams.items():
+        assert value % 2**40 == 0 and 2**40 <= value < 2**47, f"{name} = {value} is not a multiple of 2**40 below 2**47"
