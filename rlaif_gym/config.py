@@ -47,6 +47,7 @@ def _world_fields() -> dict[str, Any]:
 _WorldConfig = create_model(
     "_WorldConfig", __config__=ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False),
     **_world_fields())
+"""The world's fields as a model; `RLAIFEnvConfig` extends it and inherits its `model_config`."""
 
 
 class RLAIFEnvConfig(_WorldConfig):
@@ -54,8 +55,6 @@ class RLAIFEnvConfig(_WorldConfig):
 
     The world's fields come first, from `sim.params.WorldParams` (its declarations: names, defaults, descriptions and
     bounds); the rest are the reward's, the episode's, the faces' and the backend's, declared below."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, allow_inf_nan=False)
 
     # --- reward
     reward_scheme: Literal["skill", "original"] = Field(

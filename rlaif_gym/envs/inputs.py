@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import RLAIFEnvConfig
 from ..errors import ConfigError
-from ..sim.params import MAX_TICKS as _CONFIG_MAX_TICKS
+from ..sim.params import MAX_TICKS
 from .snapshot import EnvSnapshot, SnapshotFormatError
 
 __all__ = ["MAX_SEED", "MAX_TICKS", "check_config", "check_int", "check_items", "check_seed", "check_seeds",
@@ -26,8 +26,6 @@ __all__ = ["MAX_SEED", "MAX_TICKS", "check_config", "check_int", "check_items", 
 
 MAX_SEED = 2**63 - 1
 """The largest seed accepted (what the trajectory readers accept: numpy's int64; `reset` needs >= 0)."""
-MAX_TICKS = _CONFIG_MAX_TICKS
-"""The longest horizon accepted: the config's own `num_ticks` bound (1,000,000)."""
 
 
 def _describe(value: object) -> str:

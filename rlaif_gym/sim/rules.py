@@ -880,11 +880,12 @@ def _pay_resolutions(b, s, packed_state, pi, now, due, ap, buf):
 
 
 @jit_phase
-def _settle_markets(b, s, packed_state, pf, pi, now, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4):
-    """Settle world b's markets due at `now`, after every account was paid (ap[j]: their payouts in market j, USD):
-    the NPCs' payouts and reputations, the house's share, new markets in the due slots."""
-    m, k = pi[_NUM_MARKETS], pi[_NUM_NPCS]
-    if _due_markets(b, s, m, now, due):
+def _settle_markets(b, s, packed_state, pf, pi, now, n_due, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4):
+    """Settle world b's n_due markets due at `now` (due[j], as `_due_markets` marked them), after every account was
+    paid (ap[j]: their payouts in market j, USD): the NPCs' payouts and reputations, the house's share, new markets
+    in the due slots."""
+    k = pi[_NUM_NPCS]
+    if n_due:
         fb, ib, kb, bb, tab = packed_state
         _settle_due(b, now, fb, ib, kb, bb, tab, pf, pi, due, ap, buf, npc_pay, npc_pay_m, kbuf, u4)
         return
@@ -938,8 +939,8 @@ def kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre
         out_i[_LIQUIDATED, b] = _funding_and_liquidation(b, s, pf, pi, now, sc.payment, sc.hit)
         _world_tick(b, s, pf, pi, beh, cf, now, key, su, sc.lmove, sf, si, sb)
         n_due, payout = _pay_resolutions(b, s, (fb, ib, kb, bb, tab), pi, now, sc.due, sc.ap, sc.buf)
-        _settle_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, sc.due, sc.ap, sc.buf, sc.npc_pay, sc.npc_pay_m,
-                        sc.kbuf, sc.u4)
+        _settle_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, n_due, sc.due, sc.ap, sc.buf, sc.npc_pay,
+                        sc.npc_pay_m, sc.kbuf, sc.u4)
         out_i[_RESOLVED, b] = n_due
         out_f[_PAYOUT, b] = payout
         eq1 = equity_of(b, s, pf, pi, sc.buf)
@@ -1002,7 +1003,8 @@ def _tick_stage(stage, pf, pi, beh, cf, fb, ib, kb, bb, tab, sf, si, sb, lmove_a
         elif stage == STAGE_PAY:
             count[b], usd[b] = _pay_resolutions(b, s, (fb, ib, kb, bb, tab), pi, now, sc.due, ap_all[b], sc.buf)
         else:
-            _settle_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, sc.due, ap_all[b], sc.buf, sc.npc_pay,
+            n_due = _due_markets(b, s, m, now, sc.due)  # the accounts' payouts left the markets' ticks as they were
+            _settle_markets(b, s, (fb, ib, kb, bb, tab), pf, pi, now, n_due, sc.due, ap_all[b], sc.buf, sc.npc_pay,
                             sc.npc_pay_m, sc.kbuf, sc.u4)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from rlaif_gym.errors import InvalidActionError
 from rlaif_gym.sim import rng
 from rlaif_gym.sim.actions import ActionBatch, ActionType, ErrorCode
+from rlaif_gym.sim.multi import _select, agent_order
 from rlaif_gym.sim.params import (
     GROUP_NAMES,
     NEWS_SOURCES,
@@ -797,21 +798,8 @@ def step(state: WorldState, actions: ActionBatch, params: WorldParams) -> StepOu
 
 
 # ---------------------------------------------------------------------------------------------
-# sim.multi's multi-agent tick on this engine, as it was (the accounts are sim.multi.Accounts)
-
-
-def agent_order(state: WorldState, num_agents: int) -> np.ndarray:
-    u = rng.uniforms(state.key, (1 << 42) + state.tick, num_agents)
-    return np.argsort(u, axis=1, kind="stable")
-
-
-def _select(batches: list[ActionBatch], agents: np.ndarray) -> ActionBatch:
-    """Row b of the result is row b of `batches[agents[b]]`."""
-    worlds = np.arange(len(agents))
-    out = {}
-    for name in ("kind", "target", "side", "amount", "leverage", "pre_error", "pre_a", "pre_b"):
-        out[name] = np.stack([getattr(b, name) for b in batches])[agents, worlds]
-    return ActionBatch(**out)
+# sim.multi's multi-agent tick on this engine, as it was (the accounts are sim.multi.Accounts; the agents' order
+# and the per-world selection of their actions are sim.multi's own, which this engine's rules do not depend on)
 
 
 def step_agents(state: WorldState, accounts, actions: list[ActionBatch], params: WorldParams,
