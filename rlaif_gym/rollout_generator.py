@@ -135,8 +135,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_TRADES = {"buy_prediction", "sell_prediction", "open_perp", "close_perp"}
-
 
 # ------------------------------------------------------------------------------------------ data
 

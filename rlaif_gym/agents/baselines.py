@@ -8,7 +8,7 @@
   analysis code may do this; a policy never can.
 
 All agents act on a batch: `act(obs)` takes (B, D) or (D,) observations and returns (B, 4) or (4,)
-integer actions for `MultiDiscrete([6, T, 5, 2])`.
+integer actions for `MultiDiscrete([K, T, 5, 2])`.
 """
 
 from __future__ import annotations

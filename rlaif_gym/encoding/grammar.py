@@ -39,10 +39,10 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import ConfigError, InvalidActionError
-from ..sim import ACTION_TYPES, normalize_action
+from ..sim import ACTION_SPECS, ACTION_TYPES, SPEC_OF, normalize_action
 
-# The field sets normalize_action checks, per canonical type (required, optional, numeric). They are
-# private to the sim; reading them here (instead of copying them) is what keeps the grammar in step.
+# The field sets normalize_action checks, per canonical type (required, optional, numeric), read from the action
+# declarations; reading them here (instead of copying them) is what keeps the grammar in step.
 from ..sim.actions import _NUMERIC, _OPTIONAL, _REQUIRED
 from ..trajectory import storable_value
 from .reply import canonical_reply
@@ -348,23 +348,24 @@ class TickIds:
     def rows(self) -> dict[str, list[dict[str, tuple[str, ...]]]]:
         """Per action type, the allowed values of its id and choice fields: a list of rows, each row a
         field -> values map whose product is allowed (a sale's market and outcome go together, as do a
-        closed position's ticker and id). A type with no row has nothing to act on this tick."""
+        closed position's ticker and id). A type with no row has nothing to act on this tick. Each type's
+        rows are those of what its declaration says the prompt offers it (`sim.ActionSpec.prompt_ids`)."""
         both_outcomes, both_sides = _CHOICES["outcome"], _CHOICES["side"]
         sold: dict[str, list[str]] = {}
         for market, outcome in self.held:
             sold.setdefault(market, []).append(outcome)
-        return {
-            "wait": [{}],
-            "buy_prediction": [{"market": self.markets, "outcome": both_outcomes}] if self.markets else [],
-            "sell_prediction": [{"market": (m,), "outcome": tuple(o)} for m, o in sold.items()],
-            "open_perp": [{"ticker": self.tickers, "side": both_sides}] if self.tickers else [],
-            "close_perp": [{"ticker": (t,), "position_id": (p,)} for t, p in self.positions],
-            "join_group": [{"group": self.groups}] if self.groups else [],
-            "create_post": [{}],
+        offered: dict[str | None, list[dict[str, tuple[str, ...]]]] = {
+            None: [{}],
+            "open_markets": [{"market": self.markets, "outcome": both_outcomes}] if self.markets else [],
+            "held_shares": [{"market": (m,), "outcome": tuple(o)} for m, o in sold.items()],
+            "free_perps": [{"ticker": self.tickers, "side": both_sides}] if self.tickers else [],
+            "open_positions": [{"ticker": (t,), "position_id": (p,)} for t, p in self.positions],
+            "unjoined_groups": [{"group": self.groups}] if self.groups else [],
             # Each NPC by its id and by the name the feed shows (the engine resolves both).
-            "send_dm": [{"recipient": (*self.recipients, *(npc_name(int(r.split("-")[1])) for r in self.recipients))}]
+            "feed_npcs": [{"recipient": (*self.recipients, *(npc_name(int(r.split("-")[1])) for r in self.recipients))}]
             if self.recipients else [],
         }
+        return {spec.name: offered[spec.prompt_ids] for spec in ACTION_SPECS}
 
     def leverage_cap(self) -> int | None:
         """The largest whole leverage the constraint writes (the cap, rounded down), None without a cap."""
@@ -383,9 +384,6 @@ def _tick_alternatives(ids: TickIds) -> dict[str, list[dict[str, tuple[str, ...]
     rows = ids.rows()
     out: dict[str, list[dict[str, tuple[str, ...]]]] = {}
     for kind, variants in action_variants().items():
-        if kind not in rows:
-            raise RuntimeError(f"TickIds.rows has no entry for the action type {kind!r}; the per-tick grammar "
-                               "would not know its ids")
         seen, alts = set(), []
         for fields in variants:
             for row in rows[kind]:
@@ -396,7 +394,8 @@ def _tick_alternatives(ids: TickIds) -> dict[str, list[dict[str, tuple[str, ...]
                     elif f in row:
                         alt[f] = row[f]
                     else:
-                        raise RuntimeError(f"no per-tick values for the field {f!r} of {kind!r}")
+                        raise RuntimeError(f"no per-tick values for the field {f!r} of {kind!r}: its "
+                                           f"ActionSpec.prompt_ids ({SPEC_OF[kind].prompt_ids!r}) offers no such ids")
                 key = json.dumps(alt)
                 if key not in seen:
                     seen.add(key)

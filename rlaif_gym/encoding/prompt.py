@@ -15,13 +15,14 @@ decimal (0.62 -> 62.0¢; the original printed 0.62 as "1¢").
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import string
 from functools import lru_cache
 from importlib import resources
 
 from ..errors import ConfigError
-from ..sim import WorldParams
+from ..sim import ACTION_SPECS, WorldParams
 from .view import FeedItem, MarketView, PerpView, TickView
 
 __all__ = ["LAST_ACTION", "PROMPT_CHARSET", "PROMPT_STYLES", "cents", "render_prompt", "shown_feedback", "shown_view",
@@ -76,7 +77,17 @@ def system_prompt(params: WorldParams, style: str = "full") -> str:
     template = _system_template(style)
     if style == "compact":
         return template.rstrip("\n")  # the file's final newline would be one more token
-    return template.format(max_leverage=f"{params.max_leverage:g}", funding_interval=params.funding_interval)
+    return template.format(max_leverage=f"{params.max_leverage:g}", funding_interval=params.funding_interval,
+                           actions=_action_examples())
+
+
+@lru_cache(maxsize=1)
+def _action_examples() -> str:
+    """The full system prompt's list of actions: each declared kind's example (`sim.ActionSpec.example`) as
+    `json.dumps` writes it, one per line, with its unit's note aligned two columns after the longest line."""
+    lines = [(json.dumps({"type": spec.name, **spec.example}), spec.unit) for spec in ACTION_SPECS]
+    width = max(len(text) for text, _ in lines) + 2
+    return "\n".join(f"  {text.ljust(width)}({unit})" if unit else f"  {text}" for text, unit in lines)
 
 
 def shown_view(view: TickView, style: str = "full") -> TickView:

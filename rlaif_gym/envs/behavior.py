@@ -30,8 +30,7 @@ class _Before(NamedTuple):
     hold_no: np.ndarray
     pm_outcome: np.ndarray
 
-_TRADES = {sim.ActionType.BUY_PREDICTION, sim.ActionType.SELL_PREDICTION, sim.ActionType.OPEN_PERP,
-           sim.ActionType.CLOSE_PERP}
+_TRADES = {spec.kind for spec in sim.ACTION_SPECS if spec.trade}
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 `RLAIFCore.step` with the compiled backend and the skill reward calls `FusedStep.step`, which hands
 integer actions of shape (B, 4) to `_fused`, a numba function that, per world, checks the action
-against the space, decodes it (`encoding.action.decode_actions`), runs the world kernel
+against the space, decodes it (`encoding.action.numeric_amount`, as `decode_actions`), runs the world kernel
 (`sim.rules.kernel`), computes the reward components and their weighted sum
 (`rewards.composite.RewardFunction` with the skill scheme: pnl and risk), and writes the observation
 (`encoding.fast`). Python only wraps the results. Without it, one step crossed the Python/numpy
@@ -22,7 +22,15 @@ import numpy as np
 
 from .. import sim
 from ..encoding import fast as encoding_fast
-from ..encoding.action import ACTION_KINDS, BUY_FRACTIONS, SELL_FRACTIONS
+from ..encoding.action import (
+    ACTION_KINDS,
+    BUY_FRACTIONS,
+    KIND_SIZE_RULES,
+    SELL_FRACTIONS,
+    SIZE_EQUITY,
+    SIZE_LEVERAGED,
+    numeric_amount,
+)
 from ..errors import InvalidActionError
 from ..rewards.components import BANKRUPTCY_PENALTY
 from ..sim import rules as sim_rules
@@ -30,10 +38,9 @@ from ..sim import rules as sim_rules
 __all__ = ["FusedStep", "supports"]
 
 
-_BUY, _SELL, _PERP = int(sim.ActionType.BUY_PREDICTION), int(sim.ActionType.SELL_PREDICTION), int(
-    sim.ActionType.OPEN_PERP)
 _KIND_CODES = np.asarray(ACTION_KINDS, dtype=np.int64)
-"""The ActionType code of each numeric action kind (the space's kind i), read by `_fused` from `ic`."""
+"""The ActionType code of each numeric action kind (the space's kind i), read by `_fused` from `ic`; its size rule
+(`encoding.action.KIND_SIZE_RULES`) follows them."""
 
 # Status codes of `_fused`.
 OK, BAD_ACTION, NOT_FINITE = 0, 1, 2
@@ -69,7 +76,8 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
     """One step of every world; returns a status code (OK, BAD_ACTION, NOT_FINITE).
 
     fc: the float constants, laid out as `FC` names them, then the observation's low and high bounds (D each);
-    ic: the action space's nvec (4), then the ActionType code of each numeric kind (`_KIND_CODES`). isc, fsc:
+    ic: the action space's nvec (4), then the ActionType code of each numeric kind (`_KIND_CODES`), then its size
+    rule (`KIND_SIZE_RULES`). isc, fsc:
     scratch rows of the decoded batch; sf, si, sb: the world kernel's scratch (`sim.rules.scratch`); esc: the
     encoder's (`encoding.fast.scratch`), whose first max(M, P) floats also serve the decoder.
     """
@@ -87,26 +95,21 @@ def _fused(pf, pi, beh, cf, fc, ic, acts, isc, fsc, out_f, out_i, out_b, obs, fb
         for j in range(4):
             if acts[b, j] < 0 or acts[b, j] >= ic[j]:
                 return BAD_ACTION
-    m, np_ = pi[_NUM_MARKETS], pi[_NUM_PERPS]
+    m, np_, kinds = pi[_NUM_MARKETS], pi[_NUM_PERPS], ic[0]
     buf = esc[0:max(m, np_)]
     for b in range(nb):
-        k, t, q, sd = ic[4 + acts[b, 0]], acts[b, 1], acts[b, 2], acts[b, 3]
-        kind[b] = k
+        t, q, sd = acts[b, 1], acts[b, 2], acts[b, 3]
+        rule = ic[4 + kinds + acts[b, 0]]
+        kind[b] = ic[4 + acts[b, 0]]
         target[b] = t
         side[b] = sd
         leverage[b] = perp_leverage
         pre_error[b] = 0
         pre_a[b] = 0.0
         pre_b[b] = 0.0
-        if k == _BUY or k == _PERP:  # noqa: SIM109 (a tuple test costs more in compiled code)
-            margin = buy_fractions[q] * sim_rules.equity_of(b, s, pf, pi, buf)
-            amount[b] = margin if k == _BUY else margin * perp_leverage
-        elif k == _SELL:
-            slot = min(t, m - 1)
-            held = s.hold_yes[b, slot] if sd == 0 else s.hold_no[b, slot]
-            amount[b] = sell_fractions[q] * held
-        else:
-            amount[b] = 0.0
+        priced = rule == SIZE_EQUITY or rule == SIZE_LEVERAGED
+        eq = sim_rules.equity_of(b, s, pf, pi, buf) if priced else 0.0
+        amount[b] = numeric_amount(rule, q, t, sd, b, s, pi, eq, buy_fractions, sell_fractions, perp_leverage)
     sim_rules.kernel(pf, pi, beh, cf, kind, target, side, amount, leverage, pre_error, pre_a, pre_b, out_f, out_i,
                     out_b, fb, ib, kb, bb, tab, sf, si, sb)
     # The skill scheme's components (rewards.components.trading_component and
@@ -163,7 +166,7 @@ class FusedStep:
         parts = [np.atleast_1d(np.asarray(values[name], dtype=np.float64)) for name, _ in FC]
         assert [len(p) for p in parts] == [n for _, n in FC], "a constant's length differs from FC's"
         fc = np.concatenate([*parts, layout.low.astype(np.float64), layout.high.astype(np.float64)])
-        ic = np.concatenate([self.nvec, _KIND_CODES]).astype(np.int64)
+        ic = np.concatenate([self.nvec, _KIND_CODES, KIND_SIZE_RULES]).astype(np.int64)
         self._consts = (*sim_rules.param_arrays(params), fc, ic)
         self._scratch = (*sim_rules.scratch(self._consts[1]),
                          encoding_fast.scratch(params.num_markets, params.num_perps, len(layout.names)))

@@ -43,11 +43,11 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
     the signals earns more than a random or passive one; see the baseline table in docs/training.md.
 
     ## Action Space
-    `MultiDiscrete([6, T, 5, 2])` with T = max(num_markets, num_perps, num_groups):
+    `MultiDiscrete([K, T, 5, 2])` with K the numeric kinds and T = max(num_markets, num_perps, num_groups):
 
     | index | meaning | values |
     |---|---|---|
-    | 0 | kind | 0 wait, 1 buy_prediction, 2 sell_prediction, 3 open_perp, 4 close_perp, 5 join_group |
+    | 0 | kind | `rlaif_gym.encoding.ACTION_KINDS[i]`: 0 wait, 1 buy_prediction, ... (docs/world.md lists them) |
     | 1 | target | market slot, perp index or group index |
     | 2 | size | buy / perp margin: 1, 2, 5, 10, 25 % of equity; sell: 10, 25, 50, 75, 100 % of the holding |
     | 3 | side | 0 YES or LONG, 1 NO or SHORT |
@@ -236,7 +236,7 @@ class RLAIFEnv(gym.Env[np.ndarray, np.ndarray]):
         return obs[0], reward, bankrupt, truncated, info
 
     def action_masks(self) -> np.ndarray:
-        """Per-dimension masks of the actions the world would accept now, bool (6 + T + 5 + 2,).
+        """Per-dimension masks of the actions the world would accept now, bool (K + T + 5 + 2,).
 
         Reads only the account and the public prices (never the hidden truth). For sb3-contrib's
         `MaskablePPO` (through `make_vec_env`, it calls this method on each env); see "Action masks".

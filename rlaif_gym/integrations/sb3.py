@@ -5,7 +5,7 @@
   observation, the last one goes to `info["terminal_observation"]`). World i is exactly the episode
   `DummyVecEnv` sub-env i runs (same seeds, same later resets; a test checks it), only faster: one
   batched world step instead of N.
-* `JointActionPolicy`: the policy for the env's own `MultiDiscrete([6, T, 5, 2])` space. SB3's
+* `JointActionPolicy`: the policy for the env's own `MultiDiscrete([K, T, 5, 2])` space. SB3's
   default samples kind, target, size and side from independent heads and learns nothing here
   (PPO ends at the passive agent's level); this one chooses what to do (kind, target, side) as
   one categorical, then a size per kind, and trades at a profit (docs/training.md).
@@ -99,30 +99,31 @@ whole holding, no perps (wait, buy YES/NO and sell YES/NO per market, join a gro
 
 ACTION_KINDS = tuple(kind.name.lower() for kind in encoding_action.ACTION_KINDS)
 """Names of the numeric face's action kinds (index 0 of a MultiDiscrete action), in its order."""
-_TRADE_KINDS = tuple(i for i, kind in enumerate(encoding_action.ACTION_KINDS)
-                     if kind not in (sim.ActionType.WAIT, sim.ActionType.JOIN_GROUP))
+_NUMERIC_SPECS = tuple(sim.SPEC_OF[name] for name in ACTION_KINDS)
+_TRADE_KINDS = tuple(i for i, spec in enumerate(_NUMERIC_SPECS) if spec.trade)
+"""The numeric kinds that trade (`sim.ActionSpec.trade`)."""
 
 
 def discrete_action_table(params: sim.WorldParams, *, buy_sizes: Sequence[int] = range(5),
                           sell_sizes: Sequence[int] = range(5), perps: bool = True, groups: bool = True) -> np.ndarray:
     """Distinct executable numeric actions as rows of [kind, target, size, side], shape (K, 4).
 
-    Row 0 is wait; then buy (per market x `buy_sizes` x side), sell (per market x `sell_sizes` x
-    side), open (per perp x `buy_sizes` x side) and close (per perp) when `perps`, and join (per
-    group) when `groups`. With the defaults (117 rows in the default world) `Discrete(K)` over these
-    rows offers exactly the MultiDiscrete face's actions, without its duplicates (a wait with any
-    target) and as one joint choice. Size indices index `BUY_FRACTIONS` / `SELL_FRACTIONS`.
+    One row per kind and each entry it reads (`encoding.action.KIND_READS`), in the kinds' order: wait
+    once; buy (per market x `buy_sizes` x side), sell (per market x `sell_sizes` x side), open (per
+    perp x `buy_sizes` x side) and close (per perp) when `perps`, and join (per group) when `groups`.
+    A kind sized by equity takes `buy_sizes`, one sized by its holding `sell_sizes`. With the
+    defaults (117 rows in the default world) `Discrete(K)` over these rows offers exactly the
+    MultiDiscrete face's actions, without its duplicates (a wait with any target) and as one joint
+    choice. Size indices index `BUY_FRACTIONS` / `SELL_FRACTIONS`.
     """
-    rows = [(0, 0, 0, 0)]
-    for kind, targets, sizes in ((1, params.num_markets, buy_sizes), (2, params.num_markets, sell_sizes),
-                                 (3, params.num_perps if perps else 0, buy_sizes),
-                                 (4, params.num_perps if perps else 0, None),
-                                 (5, params.num_groups if groups else 0, None)):
-        for t in range(targets):
-            if sizes is None:
-                rows.append((kind, t, 0, 0))
-            else:
-                rows += [(kind, t, int(size), side) for size in sizes for side in (0, 1)]
+    counts = {None: 1, "market": params.num_markets, "perp": params.num_perps if perps else 0,
+              "group": params.num_groups if groups else 0}
+    rows = []
+    for kind, spec in enumerate(_NUMERIC_SPECS):
+        sizes = (0,) if spec.numeric_size is None else sell_sizes if spec.numeric_size == "held" else buy_sizes
+        sides = (0, 1) if spec.numeric_side else (0,)
+        rows += [(kind, t, int(size), side) for t in range(counts[spec.numeric_target])
+                 for size in sizes for side in sides]
     table = np.array(rows, dtype=np.int64)
     if np.any(table[:, 2] >= 5) or np.any(table[:, 2] < 0):
         raise ValueError(f"size indices must be in [0, 5), got buy_sizes={list(buy_sizes)}, "
@@ -133,17 +134,17 @@ def discrete_action_table(params: sim.WorldParams, *, buy_sizes: Sequence[int] =
 def canonical_actions(actions: np.ndarray) -> np.ndarray:
     """MultiDiscrete actions with the entries their kind ignores zeroed, shape (..., 4).
 
-    A wait ignores target, size and side; close_perp and join_group ignore size and side. Two
-    actions with the same canonical form do the same thing in every state.
+    A kind ignores the entries it does not read (`encoding.action.KIND_READS`): a wait ignores
+    target, size and side; close_perp and join_group ignore size and side. Two actions with the
+    same canonical form do the same thing in every state.
     """
     a = np.array(actions, dtype=np.int64)
-    kind = a[..., 0]
-    a[..., 1] = np.where(kind == 0, 0, a[..., 1])
-    a[..., 2:] = np.where((kind == 0)[..., None] | (kind >= 4)[..., None], 0, a[..., 2:])
+    reads = encoding_action.KIND_READS[a[..., 0]]  # (..., 3): target, size, side
+    a[..., 1:] = np.where(reads, a[..., 1:], 0)
     return a
 
 
-_SIZED = (1, 2, 3)
+_SIZED = tuple(int(k) for k in np.nonzero(encoding_action.KIND_READS[:, 1])[0])
 """Kinds that read the size bucket (buy_prediction, sell_prediction, open_perp); each has its own size head."""
 _NEG = -1e8  # the logit of a masked-out outcome (sb3-contrib's value): probability 0, no NaN in the entropy
 
@@ -281,7 +282,7 @@ class _JointTable:
 
 
 class JointActionPolicy(_JointTable, ActorCriticPolicy):
-    """An actor-critic MLP for the env's own `MultiDiscrete([6, T, 5, 2])` space: what to do, then how much.
+    """An actor-critic MLP for the env's own `MultiDiscrete([K, T, 5, 2])` space: what to do, then how much.
 
     SB3's default policy for a MultiDiscrete space samples kind, target, size and side from four
     independent heads, so a "buy" is scored by the average of every market and side it happened
@@ -343,7 +344,7 @@ def __getattr__(name: str):
 
 
 def _every_action(nvec: np.ndarray) -> np.ndarray:
-    """Every distinct canonical action of a MultiDiscrete([6, T, 5, 2]) space, each target valid for each kind."""
+    """Every distinct canonical action of a MultiDiscrete([K, T, 5, 2]) space, each target valid for each kind."""
     grid = np.stack(np.meshgrid(*[np.arange(int(n)) for n in nvec], indexing="ij"), axis=-1).reshape(-1, len(nvec))
     return np.unique(canonical_actions(grid), axis=0)
 
@@ -355,15 +356,15 @@ class RLAIFSB3VecEnv(VecEnv):
         num_envs: number of worlds.
         config: an `RLAIFEnvConfig`, a mapping or None; `overrides` are config fields.
         seed: seeds worlds `seed + i` at the first reset, as `make_vec_env(..., seed=seed)` does.
-        action_mode: `"multidiscrete"` (the env's own `MultiDiscrete([6, T, 5, 2])`; train it with
+        action_mode: `"multidiscrete"` (the env's own `MultiDiscrete([K, T, 5, 2])`; train it with
             `JointActionPolicy`, not SB3's default MultiDiscrete policy, whose four independent
             heads learn nothing here) or `"discrete"` (`Discrete(K)` over the rows of `action_table`:
             the same actions as one joint choice).
         action_table: the rows of the discrete mode (default `discrete_action_table(params)`, every
             action); pass a subset, e.g. `discrete_action_table(params, buy_sizes=[3], sell_sizes=[4])`.
-        mask_layout: the multidiscrete mode's `action_masks()`: `"dims"` (per-dimension masks, 6 + T +
+        mask_layout: the multidiscrete mode's `action_masks()`: `"dims"` (per-dimension masks, K + T +
             5 + 2 per world, sb3-contrib's MultiDiscrete layout) or `"joint"` (one exact entry per
-            MultiDiscrete action, 6 x T x 5 x 2, for `MaskableJointActionPolicy`). The discrete mode's
+            MultiDiscrete action, K x T x 5 x 2, for `MaskableJointActionPolicy`). The discrete mode's
             masks are always exact, one entry per table row.
 
     Info per world: the single env's keys (`reward_components`, `pnl_delta`, `equity`, `cash`,
@@ -483,7 +484,7 @@ class RLAIFSB3VecEnv(VecEnv):
     def action_masks(self) -> np.ndarray:
         """Which actions the world would accept now, bool (num_envs, mask size); `info["action_mask"]` holds the rows.
 
-        `action_mode="multidiscrete"`: per-dimension masks, 6 + T + 5 + 2 per world (kind, target,
+        `action_mode="multidiscrete"`: per-dimension masks, K + T + 5 + 2 per world (kind, target,
         size, side), the layout sb3-contrib's `MaskablePPO` takes for a `MultiDiscrete` space;
         `"discrete"`: one entry per row of `action_table`, exact (True iff the world accepts that row).
         The masks are of the state the next action applies to (for a world that just reset, its new

@@ -44,6 +44,7 @@ from ..rewards.archetypes import (
     BehaviorMetrics,
     metric_range,
 )
+from ..sim import TRADE_TYPES
 from ..trajectory import Trajectory
 
 __all__ = [
@@ -66,7 +67,6 @@ MODES: tuple[str, ...] = ("absolute", "listwise", "pairwise")
 TEMPLATE_VERSION = "v1"
 """The template version the judge uses unless told otherwise."""
 
-_TRADES = frozenset({"buy_prediction", "sell_prediction", "open_perp", "close_perp"})
 _SOCIAL = frozenset({"join_group", "create_post", "send_dm"})
 _ABSENT_ACTIONS = frozenset({
     "comments_made", "mentions_given", "research_actions", "market_data_queries", "info_requests_sent",
@@ -145,7 +145,7 @@ def trajectory_metrics(trajectory: Trajectory) -> dict[str, float | None]:
     """
     actions = [s.action for s in trajectory.steps if s.action is not None]
     ok = [a for a in actions if a.success]
-    trades = [a for a in ok if a.action_type in _TRADES]
+    trades = [a for a in ok if a.action_type in TRADE_TYPES]
     social = [a for a in ok if a.action_type in _SOCIAL]
     markets = {str(a.parameters.get("market") or a.parameters.get("ticker") or "") for a in trades} - {""}
     sizes = [float(v) for a in trades if a.action_type in ("buy_prediction", "open_perp")

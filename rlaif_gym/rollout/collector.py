@@ -52,6 +52,7 @@ from ..envs.decisions import DecisionPoint
 from ..envs.text_env import warm_up
 from ..errors import ConfigError
 from ..llm import LLMError
+from ..sim import TRADE_TYPES
 from ..trajectory import (
     EnvironmentState,
     Trajectory,
@@ -65,9 +66,6 @@ _log = logging.getLogger(__name__)
 
 __all__ = ["CollectionSummary", "EpisodeSpec", "ForkGroup", "RolloutCollector", "TrajectorySink", "build_trajectory",
            "call_seed"]
-
-_TRADES = {"buy_prediction", "sell_prediction", "open_perp", "close_perp"}
-
 
 class TrajectorySink(Protocol):
     """Where finished trajectories go (e.g. `rlaif_gym.storage.JsonlStore`)."""
@@ -727,7 +725,7 @@ def build_trajectory(*, trajectory_id: str, agent_id: str, window_id: str, env_s
     equity plus its `pnl_delta` (the whole transition), or the starting cash before any step.
     """
     actions = [s.action for s in steps if s.action is not None]
-    trades = [a for a in actions if a.action_type in _TRADES]
+    trades = [a for a in actions if a.action_type in TRADE_TYPES]
     last = steps[-1] if steps else None
     final_equity = (last.environment_state.agent_balance + last.feedback.pnl_delta) if last and last.feedback \
         else config.starting_cash

@@ -6,9 +6,13 @@ for ``backend="numpy"``. Nothing here imports gymnasium, pydantic or any LLM cod
 
 from .accounting import equity, exposure, liquidation_value, share_value, truth_potential, unrealized_pnl
 from .actions import (
+    ACTION_SPECS,
     ACTION_TYPES,
+    SPEC_OF,
+    TRADE_TYPES,
     Action,
     ActionBatch,
+    ActionSpec,
     ActionType,
     ErrorCode,
     ResolvedAction,
@@ -36,6 +40,7 @@ from .rules import reset, step
 from .state import FEED_LENGTH, GROUND_TRUTH_FIELDS, WorldState
 
 __all__ = [
+    "ACTION_SPECS",
     "ACTION_TYPES",
     "FEED_LENGTH",
     "GROUND_TRUTH_FIELDS",
@@ -46,8 +51,11 @@ __all__ = [
     "PERP_TICKERS",
     "POST_HONESTY",
     "QUESTIONS",
+    "SPEC_OF",
+    "TRADE_TYPES",
     "Action",
     "ActionBatch",
+    "ActionSpec",
     "ActionType",
     "ErrorCode",
     "NpcBehaviour",

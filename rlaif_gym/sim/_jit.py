@@ -4,11 +4,11 @@ real calls). What a kernel computes lives in `sim.rules`; how it is compiled liv
 
 Kernels compile on first use, once per machine (30-90 s on 2 cores; `compile_notice` says so), and are cached in
 `kernel_cache_dir()`: the user cache (`rlaif_gym.sim.paths.user_cache_dir`, moved with ``$RLAIF_GYM_CACHE``) under a
-digest of every source a kernel freezes at compile time (this package's `sim` modules, `encoding/fast.py` and
-`mask.py`, `envs/fused.py`) and of the numba and Python versions. numba's own cache checks only the timestamp of
-the file that defines a function, so a kernel that inlines helpers from another module (the fused step inlines
-`sim.rules`'s) would otherwise keep running stale code after that module changes. ``$NUMBA_CACHE_DIR``, when set,
-is numba's and wins.
+digest of every source a kernel freezes at compile time (this package's `sim` modules, `encoding/action.py`,
+`fast.py` and `mask.py`, `envs/fused.py`) and of the numba and Python versions. numba's own cache checks only the
+timestamp of the file that defines a function, so a kernel that inlines helpers from another module (the fused step
+inlines `sim.rules`'s) would otherwise keep running stale code after that module changes. ``$NUMBA_CACHE_DIR``, when
+set, is numba's and wins.
 """
 
 from __future__ import annotations
@@ -117,9 +117,10 @@ _PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def kernel_sources() -> list[Path]:
-    """Every file whose code or constants a compiled kernel freezes: the sim package, the compiled encoder and
-    action mask, and the fused step (they inline the rules' helpers and read their constants)."""
-    return sorted([*(_PACKAGE / "sim").glob("*.py"), *(_PACKAGE / "encoding" / name for name in ("fast.py", "mask.py")),
+    """Every file whose code or constants a compiled kernel freezes: the sim package, the numeric decoder, the
+    compiled encoder and action mask, and the fused step (they inline the rules' helpers and read their constants)."""
+    return sorted([*(_PACKAGE / "sim").glob("*.py"),
+                   *(_PACKAGE / "encoding" / name for name in ("action.py", "fast.py", "mask.py")),
                    _PACKAGE / "envs" / "fused.py"])
 
 

@@ -1,14 +1,15 @@
-"""The canonical action schema, the legacy aliases, and the batched form the engine executes.
+"""The canonical action schema, each kind declared once, the legacy aliases, and the batched form the rules execute.
 
 One schema (docs/world.md): `wait`, `buy_prediction`, `sell_prediction`, `open_perp`, `close_perp`,
-`create_post`, `send_dm`, `join_group`. `normalize_action` accepts the original system's
-vocabularies (`buy`, `buy_yes`, `open_long`, `marketId`, `direction`, ...;
-docs/babylon.md ("The original's action vocabularies")) and maps them onto it; it never guesses a
-missing required field. `batch_actions` resolves ids against the current state and produces an
-`ActionBatch`, the array form the engine applies to a batch of worlds.
+`join_group`, `create_post`, `send_dm`. Each kind is one `ActionSpec` in `ACTION_SPECS`: its fields, its
+example, and how the numeric face and a tick's prompt offer it; the faces derive from it (docs/layout.md,
+"Adding an action kind"). `normalize_action` accepts the original system's vocabularies (`buy`, `buy_yes`,
+`open_long`, `marketId`, `direction`, ...; docs/babylon.md ("The original's action vocabularies")) and maps
+them onto the schema; it never guesses a missing required field. `resolve_action` looks ids up in the current
+state and gives one row of an `ActionBatch`, the array form the rules apply to a batch of worlds.
 
-A well-formed action the world refuses is not an exception: the engine reports an `ErrorCode` and
-leaves that world's state unchanged.
+A well-formed action the world refuses is not an exception: the rules report an `ErrorCode` and
+leave that world's state unchanged.
 """
 
 from __future__ import annotations
@@ -26,9 +27,16 @@ from .params import GROUP_NAMES, NPC_ROSTER, PERP_TICKERS, WorldParams, npc_name
 from .state import WorldState
 
 __all__ = [
+    "ACTION_SPECS",
     "ACTION_TYPES",
+    "NUMERIC_SIZES",
+    "NUMERIC_TARGETS",
+    "PROMPT_IDS",
+    "SPEC_OF",
+    "TRADE_TYPES",
     "Action",
     "ActionBatch",
+    "ActionSpec",
     "ActionType",
     "ErrorCode",
     "ResolvedAction",
@@ -197,18 +205,110 @@ _FIELD_ALIASES: dict[str, tuple[str, ...]] = {
     "group": ("group", "groupId", "group_id", "groupid"),
 }
 
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "wait": (),
-    "buy_prediction": ("market", "outcome", "amount"),
-    "sell_prediction": ("market", "outcome", "shares"),
-    "open_perp": ("ticker", "side", "size"),
-    "close_perp": (),  # ticker or position_id, checked below
-    "join_group": ("group",),
-    "create_post": ("content",),
-    "send_dm": ("recipient", "content"),
-}
-_OPTIONAL: dict[str, tuple[str, ...]] = {"open_perp": ("leverage",), "close_perp": ("ticker", "position_id")}
-_NUMERIC = {"amount", "shares", "size", "leverage"}
+_NUMERIC = frozenset({"amount", "shares", "size", "leverage"})
+"""The canonical fields that hold numbers (the rest are ids, choices and text)."""
+
+NUMERIC_TARGETS: tuple[str, ...] = ("market", "perp", "group")
+"""What a numeric action's target indexes, per `ActionSpec.numeric_target`: a market slot, a perp or a group chat."""
+NUMERIC_SIZES: tuple[str, ...] = ("equity", "leveraged", "held")
+"""How a numeric action's size bucket becomes its amount, per `ActionSpec.numeric_size`: a fraction of equity (USD),
+that times the numeric face's perp leverage (USD notional), or a fraction of the shares held on the action's side of
+its target market."""
+PROMPT_IDS: tuple[str, ...] = ("open_markets", "held_shares", "free_perps", "open_positions", "unjoined_groups",
+                               "feed_npcs")
+"""What a tick's prompt shows an action kind may act on, per `ActionSpec.prompt_ids` (`encoding.grammar.TickIds`)."""
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """One action kind, declared once: its reply fields, its numeric encoding and what a prompt offers it.
+
+    Everything outside the world's rules reads this declaration rather than a list of kinds of its own:
+    `normalize_action` and `resolve_action` (fields), the system prompt (`example`), the reply grammar and schema
+    (fields; `prompt_ids` for one tick's), the numeric face's space, decoder and masks and SB3's action table
+    (`numeric_*`). What the kind does is its handler in `sim.rules` (docs/layout.md, "Adding an action kind").
+
+    Attributes:
+        kind: its `ActionType` (the code in `ActionBatch.kind`).
+        required: canonical fields a reply must give.
+        optional: canonical fields it may give.
+        one_of: of the optional fields, at least one must be given (close_perp: a ticker or a position id).
+        example: the system prompt's example of the fields, written as `json.dumps` writes them.
+        unit: the example's note, e.g. "amount in USD" ("" for none).
+        numeric: whether the numeric face (`RLAIF-v0`) offers it; a kind that needs free text does not.
+        numeric_target: what its target index means (`NUMERIC_TARGETS`), None when it reads no target.
+        numeric_size: how its size bucket becomes the amount (`NUMERIC_SIZES`), None when it reads no size.
+        numeric_side: whether it reads the side (0 YES / LONG, 1 NO / SHORT).
+        prompt_ids: what one tick's constraint admits as its ids (`PROMPT_IDS`), None when it takes no id.
+        trade: whether it trades (moves cash into or out of shares or positions): what the metrics, the
+            judge's summaries and the records count as a trade.
+    """
+
+    kind: ActionType
+    required: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    one_of: tuple[str, ...] = ()
+    example: Mapping[str, Any] = field(default_factory=dict)
+    unit: str = ""
+    numeric: bool = True
+    numeric_target: str | None = None
+    numeric_size: str | None = None
+    numeric_side: bool = False
+    prompt_ids: str | None = None
+    trade: bool = False
+
+    @property
+    def name(self) -> str:
+        """The canonical type name, e.g. "buy_prediction"."""
+        return self.kind.name.lower()
+
+    def __post_init__(self) -> None:
+        fields = (*self.required, *self.optional)
+        problems = [f"unknown field {f!r}" for f in fields if f not in _FIELD_ALIASES]
+        problems += [f"one_of names {f!r}, not an optional field" for f in self.one_of if f not in self.optional]
+        problems += [f"example field {f!r} is not one of its fields" for f in self.example if f not in fields]
+        if self.numeric_target not in (None, *NUMERIC_TARGETS):
+            problems.append(f"numeric_target {self.numeric_target!r} is not one of {NUMERIC_TARGETS}")
+        if self.numeric_size not in (None, *NUMERIC_SIZES):
+            problems.append(f"numeric_size {self.numeric_size!r} is not one of {NUMERIC_SIZES}")
+        if self.numeric_size == "held" and self.numeric_target != "market":
+            problems.append("numeric_size 'held' reads the shares of a market: numeric_target must be 'market'")
+        if self.prompt_ids not in (None, *PROMPT_IDS):
+            problems.append(f"prompt_ids {self.prompt_ids!r} is not one of {PROMPT_IDS}")
+        if problems:
+            raise ValueError(f"ActionSpec {self.kind.name}: " + "; ".join(problems))
+
+
+ACTION_SPECS: tuple[ActionSpec, ...] = (
+    ActionSpec(ActionType.WAIT),
+    ActionSpec(ActionType.BUY_PREDICTION, ("market", "outcome", "amount"),
+               example={"market": "market-3", "outcome": "YES", "amount": 250}, unit="amount in USD",
+               numeric_target="market", numeric_size="equity", numeric_side=True, prompt_ids="open_markets",
+               trade=True),
+    ActionSpec(ActionType.SELL_PREDICTION, ("market", "outcome", "shares"),
+               example={"market": "market-3", "outcome": "YES", "shares": 100},
+               numeric_target="market", numeric_size="held", numeric_side=True, prompt_ids="held_shares", trade=True),
+    ActionSpec(ActionType.OPEN_PERP, ("ticker", "side", "size"), ("leverage",),
+               example={"ticker": "BTCAI", "side": "LONG", "size": 1000, "leverage": 2}, unit="size in USD",
+               numeric_target="perp", numeric_size="leveraged", numeric_side=True, prompt_ids="free_perps", trade=True),
+    ActionSpec(ActionType.CLOSE_PERP, (), ("ticker", "position_id"), one_of=("ticker", "position_id"),
+               example={"ticker": "BTCAI"}, numeric_target="perp", prompt_ids="open_positions", trade=True),
+    ActionSpec(ActionType.JOIN_GROUP, ("group",), example={"group": "Alpha Insiders"}, numeric_target="group",
+               prompt_ids="unjoined_groups"),
+    ActionSpec(ActionType.CREATE_POST, ("content",), example={"content": "..."}, numeric=False),
+    ActionSpec(ActionType.SEND_DM, ("recipient", "content"), example={"recipient": "agent-2", "content": "..."},
+               numeric=False, prompt_ids="feed_npcs"),
+)
+"""Every action kind's declaration, in `ActionType` order (a test holds the two to each other)."""
+SPEC_OF: dict[str, ActionSpec] = {spec.name: spec for spec in ACTION_SPECS}
+"""The declaration of each canonical type name."""
+TRADE_TYPES: frozenset[str] = frozenset(spec.name for spec in ACTION_SPECS if spec.trade)
+"""The canonical type names of the kinds that trade (`ActionSpec.trade`)."""
+if [spec.kind for spec in ACTION_SPECS] != list(ActionType):
+    raise RuntimeError("ACTION_SPECS must declare every ActionType once, in ActionType order")
+
+_REQUIRED: dict[str, tuple[str, ...]] = {spec.name: spec.required for spec in ACTION_SPECS}
+_OPTIONAL: dict[str, tuple[str, ...]] = {spec.name: spec.optional for spec in ACTION_SPECS if spec.optional}
 
 
 def _shown(value: Any, limit: int = 60) -> str:
@@ -292,8 +392,9 @@ def normalize_action(data: Mapping[str, Any]) -> Action:
     missing = [f for f in _REQUIRED[kind] if f not in values]
     if missing:
         raise InvalidActionError(f"{kind} needs {', '.join(missing)}; got fields {sorted(params)}")
-    if kind == "close_perp" and "ticker" not in values and "position_id" not in values:
-        raise InvalidActionError("close_perp needs a ticker or a position_id")
+    one_of = SPEC_OF[kind].one_of
+    if one_of and not any(f in values for f in one_of):
+        raise InvalidActionError(f"{kind} needs {' or '.join(f'a {f}' for f in one_of)}")
     for fname in list(values):
         if fname in _NUMERIC:
             values[fname] = _to_number(fname, values[fname])
@@ -423,43 +524,55 @@ def resolve_action(state: WorldState, params: WorldParams, b: int, action: Actio
     """Turn a canonical action for world `b` into an `ActionBatch` row, looking ids up in the state.
 
     Returns a `ResolvedAction` (kind, target, side, amount, leverage, pre_error, pre_a, pre_b); unknown ids
-    become a pre_error so that the step reports them without changing the state. None is a wait.
+    become a pre_error so that the step reports them without changing the state. None is a wait. The row is
+    read from the fields the kind declares (`ActionSpec`), never from its name: the target from its market,
+    ticker or position id, group or recipient; the side from its outcome or side; the amount from its amount,
+    shares or size.
     """
     if action is None or action.type == "wait":
         return ResolvedAction.wait()
-    kind = ActionType[action.type.upper()]
-    target, side, amount, lev, code = 0, 0, 0.0, 1.0, ErrorCode.OK
-    if kind in (ActionType.BUY_PREDICTION, ActionType.SELL_PREDICTION):
+    spec = SPEC_OF[action.type]
+    fields = (*spec.required, *spec.optional)
+    target, code = 0, ErrorCode.OK
+    if "market" in fields:
         target, code = _lookup_market(state, b, action.market or "")
-        side = 0 if action.outcome == "YES" else 1
-        amount = float(action.amount if kind == ActionType.BUY_PREDICTION else action.shares)
-    elif kind in (ActionType.OPEN_PERP, ActionType.CLOSE_PERP):
-        tickers = list(PERP_TICKERS[: params.num_perps])
-        if action.ticker is not None:
-            target = _lookup_name(action.ticker, tickers, "perp")
-        else:
-            ref = (action.position_id or "").lower().removeprefix("pos-")
-            serials = state.pos_serial[b]
-            target = next((t for t in range(params.num_perps)
-                           if ref.isdigit() and state.pos_side[b, t] != 0 and serials[t] == int(ref)), -1)
-            code = ErrorCode.OK if target >= 0 else ErrorCode.UNKNOWN_POSITION
-        if target < 0 and code == ErrorCode.OK:
-            code = ErrorCode.UNKNOWN_TICKER
-        side = 0 if action.side in (None, "LONG") else 1
-        amount = float(action.size or 0.0)
-        lev = float(action.leverage if action.leverage is not None else 1.0)
-    elif kind == ActionType.JOIN_GROUP:
+    elif "ticker" in fields or "position_id" in fields:
+        target, code = _lookup_perp(state, params, b, action)
+    elif "group" in fields:
         target = _lookup_name(action.group or "", [n for n, _ in GROUP_NAMES[: params.num_groups]], "group")
         code = ErrorCode.OK if target >= 0 else ErrorCode.UNKNOWN_GROUP
-    elif kind in (ActionType.CREATE_POST, ActionType.SEND_DM):
-        if not (action.content or "").strip():
-            code = ErrorCode.EMPTY_CONTENT
-        if kind == ActionType.SEND_DM:
-            names = [NPC_ROSTER[i % len(NPC_ROSTER)][0] for i in range(params.num_npcs)]
-            target = _lookup_name(action.recipient or "", names, "agent")
-            if target < 0:  # the display name the prompt's feed shows ("Satoshi Nakamotoe")
-                target = _lookup_name(action.recipient or "", [npc_name(i) for i in range(params.num_npcs)],
-                                      "agent")
-            if target < 0 and code == ErrorCode.OK:
-                code = ErrorCode.UNKNOWN_RECIPIENT
-    return ResolvedAction(kind, max(target, 0), side, amount, lev, code, float(target), 0.0)
+    if "content" in fields and not (action.content or "").strip():
+        code = ErrorCode.EMPTY_CONTENT
+    if "recipient" in fields:
+        target = _lookup_recipient(params, action.recipient or "")
+        if target < 0 and code == ErrorCode.OK:
+            code = ErrorCode.UNKNOWN_RECIPIENT
+    side = 0
+    if "outcome" in fields:
+        side = 0 if action.outcome == "YES" else 1
+    elif "side" in fields:
+        side = 0 if action.side in (None, "LONG") else 1
+    amount = next((float(getattr(action, f) or 0.0) for f in ("amount", "shares", "size") if f in fields), 0.0)
+    lev = float(action.leverage) if "leverage" in fields and action.leverage is not None else 1.0
+    return ResolvedAction(spec.kind, max(target, 0), side, amount, lev, code, float(target), 0.0)
+
+
+def _lookup_perp(state: WorldState, params: WorldParams, b: int, action: Action) -> tuple[int, int]:
+    """(perp index, error) for an action's ticker, or else its position id ("pos-<serial>" of an open position)."""
+    if action.ticker is not None:
+        target = _lookup_name(action.ticker, list(PERP_TICKERS[: params.num_perps]), "perp")
+        return target, ErrorCode.OK if target >= 0 else ErrorCode.UNKNOWN_TICKER
+    ref = (action.position_id or "").lower().removeprefix("pos-")
+    serials = state.pos_serial[b]
+    target = next((t for t in range(params.num_perps)
+                   if ref.isdigit() and state.pos_side[b, t] != 0 and serials[t] == int(ref)), -1)
+    return target, ErrorCode.OK if target >= 0 else ErrorCode.UNKNOWN_POSITION
+
+
+def _lookup_recipient(params: WorldParams, ref: str) -> int:
+    """An NPC's index from its id ("agent-3"), its roster name or the display name the prompt's feed shows."""
+    names = [NPC_ROSTER[i % len(NPC_ROSTER)][0] for i in range(params.num_npcs)]
+    target = _lookup_name(ref, names, "agent")
+    if target < 0:  # the display name the prompt's feed shows ("Satoshi Nakamotoe")
+        target = _lookup_name(ref, [npc_name(i) for i in range(params.num_npcs)], "agent")
+    return target

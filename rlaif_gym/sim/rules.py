@@ -43,6 +43,7 @@ from ._jit import (
     compile_notice,
     jit,
     jit_flat,
+    jit_inline,
     jit_phase,
     kernel_cache_dir,
     numba,
@@ -108,10 +109,10 @@ from .state import FEED_LENGTH, WorldState
 # The world's entry points (reset, step; act, tick_stage, equities and the STAGE_ codes for sim.multi), then the kernel
 # surface (see the module docstring).
 __all__ = ["OUT_B", "OUT_F", "OUT_I", "PF", "PI", "STAGE_FEED", "STAGE_FUNDING", "STAGE_PAY", "STAGE_PERPS",
-           "STAGE_SETTLE", "STATE_FIELDS", "WorldArrays", "act", "available", "compile_notice", "equities", "equity",
-           "equity_of", "exposure", "fmax", "fmin", "isfinite", "jit", "jit_flat", "kernel", "kernel_cache_dir",
-           "outcome_of", "packed", "packed_copy", "param_arrays", "reset", "scratch", "state_views", "step",
-           "tick_stage"]
+           "STAGE_SETTLE", "STATE_FIELDS", "WorldArrays", "act", "apply_action", "available", "compile_notice",
+           "equities", "equity", "equity_of", "exposure", "fmax", "fmin", "isfinite", "jit", "jit_flat", "jit_inline",
+           "kernel", "kernel_cache_dir", "outcome_of", "packed", "packed_copy", "param_arrays", "reset", "scratch",
+           "state_views", "step", "tick_stage"]
 
 _warm = False  # `step` has run its compiled kernel in this process (so it skips `compile_notice`)
 _R = FEED_LENGTH
@@ -238,12 +239,13 @@ def _settle(b, t, liquidation, pf, s):
 
 
 # ---------------------------------------------------------------------------------------------
-# The agent's action. Every handler takes (b, s, pf, pi, target, side, amount, leverage, error_a, error_b) and
-# returns (error, error_a, error_b, filled shares, filled USD, fee), as the outcome rows hold them.
+# The agent's action. Every handler takes (b, s, pf, pi, target, side, amount, leverage, error_a, error_b, commit)
+# and returns (error, error_a, error_b, filled shares, filled USD, fee), as the outcome rows hold them; it checks
+# the action first and changes the world only when accepted and `commit` (`apply_action` dispatches by kind).
 
 
 @jit_phase
-def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
+def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb, commit):
     """Buy: amount_b USD (fee included) of YES (sd 0) or NO in market slot tg."""
     fee_rate, min_fee, min_order = pf[_FEE_RATE], pf[_MIN_FEE], pf[_MIN_ORDER]
     bad = tg < 0 or tg >= pi[_NUM_MARKETS]
@@ -259,7 +261,7 @@ def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
         err = _INSUFFICIENT_CASH
     ea = float(tg) if bad else amount_b
     eb = s.cash[b] if err == _INSUFFICIENT_CASH else min_order
-    if err != _OK:
+    if err != _OK or not commit:
         return err, ea, eb, 0.0, 0.0, 0.0
     yes = sd == 0
     fee = _fee(fee_rate, min_fee, amount_b)
@@ -281,7 +283,7 @@ def _buy(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
 
 
 @jit_phase
-def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
+def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb, commit):
     """Sell: req shares of YES (sd 0) or NO in market slot tg."""
     fee_rate, min_fee = pf[_FEE_RATE], pf[_MIN_FEE]
     bad = tg < 0 or tg >= pi[_NUM_MARKETS]
@@ -308,7 +310,7 @@ def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
         err = _PROCEEDS_BELOW_FEE
     ea = gross if err == _PROCEEDS_BELOW_FEE else (float(tg) if bad else req)
     eb = fee if err == _PROCEEDS_BELOW_FEE else held
-    if err != _OK:
+    if err != _OK or not commit:
         return err, ea, eb, 0.0, 0.0, 0.0
     s.pm_yes[b, mm] = new_same if yes else new_other
     s.pm_no[b, mm] = new_other if yes else new_same
@@ -329,7 +331,7 @@ def _sell(b, s, pf, pi, tg, sd, req, lev, ea, eb):
 
 
 @jit_phase
-def _open_perp(b, s, pf, pi, tg, sd, notional, lev, ea, eb):
+def _open_perp(b, s, pf, pi, tg, sd, notional, lev, ea, eb, commit):
     """Open a perp: a LONG (sd 0) or SHORT of `notional` USD at `lev` on perp tg."""
     fee_rate, min_fee, min_order, max_leverage = pf[_FEE_RATE], pf[_MIN_FEE], pf[_MIN_ORDER], pf[_MAX_LEVERAGE]
     bad = tg < 0 or tg >= pi[_NUM_PERPS]
@@ -366,7 +368,7 @@ def _open_perp(b, s, pf, pi, tg, sd, notional, lev, ea, eb):
         eb = s.cash[b]
     else:
         eb = min_order
-    if err != _OK:
+    if err != _OK or not commit:
         return err, ea, eb, 0.0, 0.0, 0.0
     s.cash[b] -= margin + fee
     s.fees_paid[b] += fee
@@ -382,7 +384,7 @@ def _open_perp(b, s, pf, pi, tg, sd, notional, lev, ea, eb):
 
 
 @jit_phase
-def _close_perp(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
+def _close_perp(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb, commit):
     """Close a perp: settle the position on perp tg at the current price."""
     bad = tg < 0 or tg >= pi[_NUM_PERPS]
     t = 0 if bad else tg
@@ -391,14 +393,14 @@ def _close_perp(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
         err = _UNKNOWN_TICKER
     elif s.pos_side[b, t] == 0:
         err = _NO_POSITION
-    if err != _OK:
+    if err != _OK or not commit:
         return err, float(tg), eb, 0.0, 0.0, 0.0
     payout, fee = _settle(b, t, False, pf, s)
     return err, float(tg), eb, 0.0, payout, fee
 
 
 @jit_phase
-def _join_group(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
+def _join_group(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb, commit):
     """Join group chat tg."""
     bad = tg < 0 or tg >= pi[_NUM_GROUPS]
     tt = 0 if bad else tg
@@ -407,27 +409,51 @@ def _join_group(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
         err = _UNKNOWN_GROUP
     elif s.joined[b, tt]:
         err = _ALREADY_MEMBER
-    if err == _OK:
+    if err == _OK and commit:
         s.joined[b, tt] = True
     return err, float(tg), eb, 0.0, 0.0, 0.0
 
 
 @jit_phase
-def _create_post(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
+def _create_post(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb, commit):
     """Post: followers and reputation grow, faster for a reputable poster."""
-    s.posts_created[b] += 1
-    s.followers[b] += 1 + np.int64(s.reputation[b] // 25)
-    s.reputation[b] = fmin(s.reputation[b] + 0.5, 100.0)
+    if commit:
+        s.posts_created[b] += 1
+        s.followers[b] += 1 + np.int64(s.reputation[b] // 25)
+        s.reputation[b] = fmin(s.reputation[b] + 0.5, 100.0)
     return _OK, ea, eb, 0.0, 0.0, 0.0
 
 
 @jit_phase
-def _send_dm(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb):
+def _send_dm(b, s, pf, pi, tg, sd, amount_b, lev, ea, eb, commit):
     """Send a DM to NPC tg."""
     bad = tg < 0 or tg >= pi[_NUM_NPCS]
-    if not bad:
+    if not bad and commit:
         s.dms_sent[b] += 1
     return (_UNKNOWN_RECIPIENT if bad else _OK), float(tg), eb, 0.0, 0.0, 0.0
+
+
+@jit_phase
+def apply_action(b, s, pf, pi, kd, tg, sd, am, lev, ea, eb, commit):
+    """World b's action of kind kd (an `ActionType` code) checked against its state and, when `commit` and
+    accepted, applied. Returns (error, error_a, error_b, filled shares, filled USD, fee); with commit False
+    nothing changes, which is how the numeric face's action masks ask these rules what they would accept
+    (`encoding.mask`). A wait, and any code without a handler, is accepted and does nothing."""
+    if kd == _BUY:
+        return _buy(b, s, pf, pi, tg, sd, am, lev, ea, eb, commit)
+    if kd == _SELL:
+        return _sell(b, s, pf, pi, tg, sd, am, lev, ea, eb, commit)
+    if kd == _OPEN_PERP:
+        return _open_perp(b, s, pf, pi, tg, sd, am, lev, ea, eb, commit)
+    if kd == _CLOSE_PERP:
+        return _close_perp(b, s, pf, pi, tg, sd, am, lev, ea, eb, commit)
+    if kd == _JOIN_GROUP:
+        return _join_group(b, s, pf, pi, tg, sd, am, lev, ea, eb, commit)
+    if kd == _CREATE_POST:
+        return _create_post(b, s, pf, pi, tg, sd, am, lev, ea, eb, commit)
+    if kd == _SEND_DM:
+        return _send_dm(b, s, pf, pi, tg, sd, am, lev, ea, eb, commit)
+    return _OK, ea, eb, 0.0, 0.0, 0.0
 
 
 @jit_phase
@@ -442,20 +468,7 @@ def _agent_action(b, s, pf, pi, kind, target, side, amount, leverage, pre_error,
     kd = kind[b]
     tg, sd, am, lev = target[b], side[b], float(amount[b]), float(leverage[b])
     if err == _OK:
-        if kd == _BUY:
-            err, ea, eb, shares, usd, fee = _buy(b, s, pf, pi, tg, sd, am, lev, ea, eb)
-        elif kd == _SELL:
-            err, ea, eb, shares, usd, fee = _sell(b, s, pf, pi, tg, sd, am, lev, ea, eb)
-        elif kd == _OPEN_PERP:
-            err, ea, eb, shares, usd, fee = _open_perp(b, s, pf, pi, tg, sd, am, lev, ea, eb)
-        elif kd == _CLOSE_PERP:
-            err, ea, eb, shares, usd, fee = _close_perp(b, s, pf, pi, tg, sd, am, lev, ea, eb)
-        elif kd == _JOIN_GROUP:
-            err, ea, eb, shares, usd, fee = _join_group(b, s, pf, pi, tg, sd, am, lev, ea, eb)
-        elif kd == _CREATE_POST:
-            err, ea, eb, shares, usd, fee = _create_post(b, s, pf, pi, tg, sd, am, lev, ea, eb)
-        elif kd == _SEND_DM:
-            err, ea, eb, shares, usd, fee = _send_dm(b, s, pf, pi, tg, sd, am, lev, ea, eb)
+        err, ea, eb, shares, usd, fee = apply_action(b, s, pf, pi, kd, tg, sd, am, lev, ea, eb, True)
     success = err == _OK
     # Only trades move cash, shares or positions: after any other action equity is still eq0.
     if kd == _BUY or kd == _SELL or kd == _OPEN_PERP or kd == _CLOSE_PERP:  # noqa: SIM108 (four lines read better)

@@ -16,6 +16,7 @@ import pytest
 
 from rlaif_gym import RLAIFEnv, RLAIFEnvConfig, sim
 from rlaif_gym.encoding import action_masks, multidiscrete_mask, table_mask, valid_actions
+from rlaif_gym.encoding.action import KIND_READS
 from rlaif_gym.envs import RLAIFCore, world_params
 
 E = sim.ErrorCode
@@ -37,10 +38,14 @@ def _states(cfg: dict, backend: str, worlds: int = 6, ticks: int = 36, every: in
     for t in range(ticks):
         if t % every == 0:
             yield core
-        # Buy, open and join first; then mostly sell 75% at a time, which leaves dust holdings.
+        # Buy, open and join first; then mostly sell 75% at a time, which leaves dust holdings. Kinds declared
+        # after these six share a tenth of the draws (there are none today).
         acts = rng.integers(0, core.nvec, size=(worlds, 4))
-        p = [0.05, 0.5, 0.05, 0.2, 0.05, 0.15] if t < 10 else [0.02, 0.05, 0.85, 0.03, 0.03, 0.02]
-        acts[:, 0] = rng.choice(6, size=worlds, p=p)
+        p = np.array([0.05, 0.5, 0.05, 0.2, 0.05, 0.15] if t < 10 else [0.02, 0.05, 0.85, 0.03, 0.03, 0.02])
+        extra = core.nvec[0] - 6
+        if extra:
+            p = np.concatenate([0.9 * p, np.full(extra, 0.1 / extra)])
+        acts[:, 0] = rng.choice(core.nvec[0], size=worlds, p=p)
         acts[:, 2] = np.where(acts[:, 0] == 2, rng.choice([3, 3, 3, 4, 0], size=worlds), acts[:, 2])
         core.step(acts)
 
@@ -78,8 +83,9 @@ def test_valid_actions_is_exactly_what_the_world_accepts(name, backend):
     assert expected <= seen, f"these refusals never came up, so the test did not check them: {expected - seen}"
 
 
-READS = {0: (), 1: (1, 2, 3), 2: (1, 2, 3), 3: (1, 2, 3), 4: (1,), 5: (1,)}
-"""The dimensions each kind reads (wait none; close_perp and join_group the target only)."""
+READS = {k: tuple(d + 1 for d in range(3) if KIND_READS[k, d]) for k in range(len(KIND_READS))}
+"""The dimensions each kind reads, as declared (wait none; close_perp and join_group the target only)."""
+assert [READS[k] for k in range(6)] == [(), (1, 2, 3), (1, 2, 3), (1, 2, 3), (1,), (1,)]
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -111,7 +117,7 @@ def test_multidiscrete_mask_keeps_its_documented_promises(name):
                 assert cross_kind or kind == 2, f"{name}: {a} is allowed and refused without a documented reason"
             # 3. Every allowed entry is used by some accepted action (nothing is allowed for nothing).
             for d in range(1, 4):
-                users = [k for k in range(1, 6) if d in READS[k]]
+                users = [k for k in READS if d in READS[k]]
                 used = np.zeros(nvec[d], bool)
                 for k in users:
                     used |= np.moveaxis(ok[w, k], d - 1, 0).reshape(nvec[d], -1).any(axis=1)
@@ -119,7 +125,7 @@ def test_multidiscrete_mask_keeps_its_documented_promises(name):
                     assert np.array_equal(dims[d][w], used), f"{name}: dimension {d} allows {dims[d][w]}, used {used}"
                 else:  # only waits are possible: the mask keeps entry 0 so that every dimension has one
                     assert dims[d][w].tolist() == [True] + [False] * (nvec[d] - 1)
-            assert dims[0][w].tolist() == ok[w].reshape(6, -1).any(axis=1).tolist()
+            assert dims[0][w].tolist() == ok[w].reshape(nvec[0], -1).any(axis=1).tolist()
     assert allowed_refused < allowed
 
 

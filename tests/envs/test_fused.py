@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from rlaif_gym import RLAIFEnv, RLAIFEnvConfig
+from rlaif_gym.encoding import ACTION_KINDS
 from rlaif_gym.errors import InvalidActionError
 from rlaif_gym.sim import _jit, rules
 
@@ -88,7 +89,7 @@ def test_the_compared_episodes_include_bankruptcy_and_every_action_kind():
         logs[name] = [entry for entry in _episode_log(env, 7, 260) if isinstance(entry, tuple)]
     assert sum(terminated for _, _, terminated, _, _ in logs["bankrupting"]) >= 2
     assert sum("'success': False" in info for *_, info in logs["bankrupting"]) >= 20
-    assert executed == set(range(6))
+    assert executed == set(range(len(ACTION_KINDS)))
 
 
 @pytest.mark.parametrize("cfg", CONFIGS[:2])
@@ -121,7 +122,7 @@ def test_an_action_outside_the_space_is_refused_before_any_world_changes():
     env = RLAIFEnv()
     env.reset(seed=0)
     before = env.unwrapped.get_state()
-    for bad in (np.array([6, 0, 0, 0]), np.array([1, 0, 0, -1]), np.array([0, 99, 0, 0])):
+    for bad in (np.array([len(ACTION_KINDS), 0, 0, 0]), np.array([1, 0, 0, -1]), np.array([0, 99, 0, 0])):
         with pytest.raises(InvalidActionError, match="action must be 4 integers"):
             env.step(bad)
     vec = gym.make_vec("RLAIF-v0", num_envs=2, vectorization_mode="vector_entry_point")
