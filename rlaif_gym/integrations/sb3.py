@@ -295,8 +295,8 @@ class JointActionPolicy(_JointTable, ActorCriticPolicy):
 
     Args:
         action_table: the actions (K, 4) it chooses among, distinct canonical rows (`canonical_actions`):
-            `discrete_action_table(env.params)` gives every distinct action of the env's world (117
-            in the default world: 29 choices of what to do, 5 sizes for each buy, sell and open).
+            `discrete_action_table(env.params)` gives every distinct action of the env's world (in the
+            default world 117: 29 choices of what to do, 5 sizes for each buy, sell and open).
             None: every canonical action of the space, each target for each kind (the extra rows
             are perps and groups the world does not have, which it refuses).
         **kwargs: `ActorCriticPolicy` arguments (`net_arch`, `activation_fn`, ...).

@@ -30,6 +30,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 import rlaif_gym
+from rlaif_gym.encoding import ACTION_KINDS, action_nvec
 from rlaif_gym.envs import world_params
 from rlaif_gym.integrations.sb3 import (
     COMPACT_ACTIONS,
@@ -81,7 +82,12 @@ def test_batched_vec_env_equals_dummy_vec_env_across_episode_ends(cfg):
 def test_discrete_mode_executes_its_table_rows():
     params = world_params(rlaif_gym.RLAIFEnvConfig())
     full = discrete_action_table(params)
-    assert len(full) == 117 and len({tuple(r) for r in full}) == 117
+    # Every distinct action of the world: each kind's canonical actions on the targets it has (117 by default).
+    reach = {None: 1, "market": params.num_markets, "perp": params.num_perps, "group": params.num_groups}
+    grid = np.stack(np.meshgrid(*[np.arange(n) for n in action_nvec(params)], indexing="ij"), -1).reshape(-1, 4)
+    inside = [reach[rlaif_gym.sim.SPEC_OF[ACTION_KINDS[k].name.lower()].numeric_target] > t for k, t in grid[:, :2]]
+    assert len({tuple(r) for r in full}) == len(full)
+    assert {tuple(r) for r in full} == {tuple(r) for r in canonical_actions(grid[inside])}
     table = discrete_action_table(params, **COMPACT_ACTIONS)
     disc = RLAIFSB3VecEnv(2, seed=3, action_mode="discrete", action_table=table)
     multi = RLAIFSB3VecEnv(2, seed=3)

@@ -44,6 +44,7 @@ from rlaif_gym.sim.pricing import buy_shares, sell_proceeds, yes_price
 from rlaif_gym.sim.state import FEED_LENGTH, WorldState
 
 __all__ = [
+    "KINDS",
     "StepOutcome",
     "equity",
     "exposure",
@@ -437,6 +438,11 @@ def _apply_social(state: WorldState, params: WorldParams, kind: int, w, a: Actio
         ea[w] = t
         state.dms_sent[w[~bad]] += 1
 
+
+KINDS = frozenset({ActionType.WAIT, ActionType.BUY_PREDICTION, ActionType.SELL_PREDICTION, ActionType.OPEN_PERP,
+                   ActionType.CLOSE_PERP, ActionType.JOIN_GROUP, ActionType.CREATE_POST, ActionType.SEND_DM})
+"""The action kinds this frozen engine implements. A kind declared after it was frozen is the rules' alone:
+tests/sim/test_world_rules.py holds it compiled against Python, not against this oracle."""
 
 _HANDLERS = {
     ActionType.BUY_PREDICTION: _apply_buy,
