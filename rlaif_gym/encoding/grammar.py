@@ -19,8 +19,8 @@ Built from the ids one tick's prompt shows, they admit only what the world can a
 markets, the held (market, outcome) pairs for a sale, the perps without a position for `open_perp`,
 the open positions for `close_perp`, the groups not yet joined, the NPCs the feed shows (as
 `agent-<k>`), leverage within the cap the system prompt states, and post text that is not blank. A
-reply in the per-tick grammar is then refused only for its amount (cash, shares, margin, the
-minimum order), never as `unknown market`, ticker, group, position or recipient. An action type
+reply in the per-tick grammar is then refused only for its amount (`sim.actions.AMOUNT_ERRORS`: cash,
+shares, margin, the minimum order), never as `unknown market`, ticker, group, position or recipient. An action type
 with nothing to act on (no shares held: no `sell_prediction`) is left out for that tick.
 
 Lengths are bounded (characters, not tokens) so that a constrained reply always ends: with

@@ -29,6 +29,7 @@ from .state import WorldState
 __all__ = [
     "ACTION_SPECS",
     "ACTION_TYPES",
+    "AMOUNT_ERRORS",
     "NUMERIC_SIZES",
     "NUMERIC_TARGETS",
     "PROMPT_IDS",
@@ -111,6 +112,13 @@ _MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.UNKNOWN_POSITION: "unknown position id",
     ErrorCode.INVALID_REPLY: "the reply has no executable action (see the format errors)",
 }
+
+
+AMOUNT_ERRORS: frozenset[ErrorCode] = frozenset({
+    ErrorCode.BELOW_MIN_ORDER, ErrorCode.INSUFFICIENT_CASH, ErrorCode.INSUFFICIENT_SHARES,
+    ErrorCode.INSUFFICIENT_MARGIN, ErrorCode.PROCEEDS_BELOW_FEE})
+"""The refusals an action's amount alone decides, its ids, choices and leverage being fine: the only ones a reply
+in one tick's constrained grammar can meet (`encoding.grammar.TickIds`; tests/encoding/test_tick_grammar.py)."""
 
 
 def error_message(code: int, a: float = 0.0, b: float = 0.0) -> str:

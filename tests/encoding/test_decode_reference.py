@@ -1,5 +1,6 @@
 """`decode_actions` (the numeric env's hot path, which prices only the kinds present) equals a plain
-per-row reading of the action table in `rlaif_gym.encoding.action`, on real mid-episode states."""
+per-row reading of the action table in `rlaif_gym.encoding.action` (each kind priced by its declared size
+rule), on real mid-episode states."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 import rlaif_gym  # noqa: F401  (registers the env ids)
 from rlaif_gym.encoding.action import ACTION_KINDS, BUY_FRACTIONS, SELL_FRACTIONS, decode_actions
-from rlaif_gym.sim import ActionType, equity
+from rlaif_gym.sim import SPEC_OF, equity
 
 
 def reference(actions: np.ndarray, state, params, leverage: float) -> np.ndarray:
@@ -17,10 +18,10 @@ def reference(actions: np.ndarray, state, params, leverage: float) -> np.ndarray
     eq = equity(state, params)
     out = np.zeros(len(actions))
     for b, (k, target, bucket, side) in enumerate(actions):
-        kind = ACTION_KINDS[k]
-        if kind in (ActionType.BUY_PREDICTION, ActionType.OPEN_PERP):
-            out[b] = BUY_FRACTIONS[bucket] * eq[b] * (leverage if kind == ActionType.OPEN_PERP else 1.0)
-        elif kind == ActionType.SELL_PREDICTION:
+        size = SPEC_OF[ACTION_KINDS[k].name.lower()].numeric_size
+        if size in ("equity", "leveraged"):
+            out[b] = BUY_FRACTIONS[bucket] * eq[b] * (leverage if size == "leveraged" else 1.0)
+        elif size == "held":
             m = min(target, params.num_markets - 1)
             held = state.hold_yes[b, m] if side == 0 else state.hold_no[b, m]
             out[b] = SELL_FRACTIONS[bucket] * held

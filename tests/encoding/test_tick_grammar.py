@@ -44,9 +44,8 @@ from rlaif_gym.sim import ErrorCode
 from rlaif_gym.sim import actions as sim_actions
 
 LIMITS = GrammarLimits(think_chars=40, id_chars=24, text_chars=30, int_digits=5)
-# What the amount alone decides; a per-tick reply may be refused for these and nothing else.
-AMOUNT_ERRORS = (ErrorCode.BELOW_MIN_ORDER, ErrorCode.INSUFFICIENT_CASH, ErrorCode.INSUFFICIENT_SHARES,
-                 ErrorCode.INSUFFICIENT_MARGIN, ErrorCode.PROCEEDS_BELOW_FEE)
+# What the amount alone decides (`sim.actions.AMOUNT_ERRORS`); a per-tick reply may be refused for these, nothing else.
+AMOUNT_ERRORS = sorted(sim_actions.AMOUNT_ERRORS)
 
 
 def _message_pattern(code: ErrorCode) -> re.Pattern:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from rlaif_gym import ConfigError, InvalidActionError
+from rlaif_gym.encoding import ACTION_KINDS
 from rlaif_gym.envs import RLAIFVectorEnv
 from rlaif_gym.sim import rules
 
@@ -64,7 +65,7 @@ def test_native_env_declares_next_step_autoreset_and_batched_spaces():
     assert env.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
     obs, info = env.reset(seed=0)
     assert obs.shape == (3, 65) and env.observation_space.contains(obs)
-    assert env.single_action_space.nvec.tolist() == [6, 4, 5, 2]
+    assert env.single_action_space.nvec.tolist() == [len(ACTION_KINDS), 4, 5, 2]
     info = env.step(env.action_space.sample())[4]
     assert set(info["reward_components"]) >= {"pnl", "risk", "_pnl", "_risk"}
     assert info["pnl_delta"].shape == (3,) and info["_pnl_delta"].all()

@@ -115,8 +115,7 @@ def test_callback_logs_every_component_and_trading_metric_to_csv_and_tensorboard
                 "max_drawdown", "sharpe", "win_rate", "bankrupt", "final_cash_fraction"):
         assert last.get(f"rlaif/{key}", "") != "", f"rlaif/{key} missing from progress.csv: {sorted(last)}"
     assert float(last["rlaif/episode_length"]) == 8.0
-    shares = sum(float(last[f"rlaif/action_{k}"]) for k in ("wait", "buy_prediction", "sell_prediction",
-                                                             "open_perp", "close_perp", "join_group"))
+    shares = sum(float(last[f"rlaif/action_{kind.name.lower()}"]) for kind in ACTION_KINDS)
     assert shares == pytest.approx(1.0)
     assert list(tmp_path.glob("events.out.tfevents.*")), "no TensorBoard event file was written"
 

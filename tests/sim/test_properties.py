@@ -673,8 +673,10 @@ def test_an_action_succeeds_exactly_when_its_preconditions_hold(keys, episode):
                 ok = 0 <= tgt < params.num_groups and not s.joined[b, tgt]
             elif kind == ActionType.SEND_DM:
                 ok = 0 <= tgt < params.num_npcs
-            else:  # wait, create_post
+            elif kind in (ActionType.WAIT, ActionType.CREATE_POST):
                 ok = True
+            else:  # a kind declared after these: its preconditions are its own test's
+                continue
             ctx = (f"step {t}, world {b} (key {keys[b]}): kind {ActionType(kind).name}, target {tgt}, "
                    f"amount {amount!r}, leverage {lev!r}, cash {cash!r}")
             assert bool(out.success[b]) == ok, (
