@@ -46,7 +46,7 @@ import numpy as np
 
 from ..sim import WorldParams, WorldState
 from ..sim import rules as sim_rules
-from ..sim.rules import apply_action, equity_of, jit, param_arrays, state_views
+from ..sim.rules import apply_action, equity_of, jit_flat, param_arrays, state_views
 from .action import (
     _KIND_CODES,
     BUY_FRACTIONS,
@@ -126,8 +126,14 @@ def _mask_rows(pf, pi, fb, ib, kb, bb, tab, kind_codes, size_rules, reads, buy_f
                         am = numeric_amount(rule, z, t, sd, b, s, pi, eq, buy_frac, sell_frac, lev)
                         err = apply_action(b, s, pf, pi, code, t, sd, am, lev, 0.0, 0.0, False)[0]
                         valid[k, t, z, sd] = err == 0
-        if joint:
-            out[b, :] = valid.reshape(-1)
+        if joint:  # C order, element by element (a whole-row copy would need numba's runtime)
+            j = 0
+            for k in range(n_kinds):
+                for t in range(t_count):
+                    for z in range(n_sizes):
+                        for sd in range(n_sides):
+                            out[b, j] = valid[k, t, z, sd]
+                            j += 1
             continue
         if table.shape[0]:
             for r in range(table.shape[0]):
@@ -152,7 +158,8 @@ def _mask_rows(pf, pi, fb, ib, kb, bb, tab, kind_codes, size_rules, reads, buy_f
                 out[b, lo] = True
 
 
-_kernel = jit(_mask_rows)  # cached with the other kernels (sim.rules.kernel_cache_dir); `_mask_rows` without numba
+_warm = False  # the kernel has run in this process (later calls skip `sim_rules.compile_notice`)
+_kernel = jit_flat(_mask_rows)  # no runtime: see `sim.rules.jit_flat`; `_mask_rows` itself without numba
 
 
 def action_masks(state: WorldState, params: WorldParams, perp_leverage: float,
@@ -176,9 +183,15 @@ def action_masks(state: WorldState, params: WorldParams, perp_leverage: float,
         width = len(rows)
     out = np.empty((state.batch_size, width), dtype=bool)
     pf, pi, _, _ = param_arrays(params)
-    with sim_rules.compile_notice(_kernel):
-        _kernel(pf, pi, *sim_rules.packed_copy(state), _KIND_CODES, KIND_SIZE_RULES, KIND_READS, BUY_FRACTIONS,
-                SELL_FRACTIONS, float(perp_leverage), rows, joint, out, np.empty(c.shape, dtype=bool), np.empty(c.buf))
+    args = (pf, pi, *sim_rules.packed_copy(state), _KIND_CODES, KIND_SIZE_RULES, KIND_READS, BUY_FRACTIONS,
+            SELL_FRACTIONS, float(perp_leverage), rows, joint, out, np.empty(c.shape, dtype=bool), np.empty(c.buf))
+    global _warm
+    if _warm:  # the notice's check costs more than a small batch's masks
+        _kernel(*args)
+    else:
+        with sim_rules.compile_notice(_kernel):
+            _kernel(*args)
+        _warm = True
     return out
 
 
