@@ -22,24 +22,24 @@ from ..sim import ACTION_SPECS, ActionBatch, ActionType, WorldParams, WorldState
 from ..sim import rules as sim_rules
 from ..sim.actions import NUMERIC_SIZES
 
-__all__ = ["ACTION_KINDS", "BUY_FRACTIONS", "KIND_READS", "KIND_SIZE_RULES", "SELL_FRACTIONS", "SIZE_EQUITY",
-           "SIZE_HELD", "SIZE_LEVERAGED", "SIZE_NONE", "action_nvec", "decode_actions", "numeric_amount"]
+__all__ = ["ACTION_KINDS", "BUY_FRACTIONS", "KIND_READS", "KIND_SIZE_RULES", "NUMERIC_SPECS", "SELL_FRACTIONS",
+           "SIZE_EQUITY", "SIZE_HELD", "SIZE_LEVERAGED", "SIZE_NONE", "action_nvec", "decode_actions", "numeric_amount"]
 
-_NUMERIC_SPECS = tuple(spec for spec in ACTION_SPECS if spec.numeric)
-ACTION_KINDS: tuple[ActionType, ...] = tuple(spec.kind for spec in _NUMERIC_SPECS)
+NUMERIC_SPECS = tuple(spec for spec in ACTION_SPECS if spec.numeric)
+"""The declarations of the numeric face's kinds, in its order (kind i of a MultiDiscrete action)."""
+ACTION_KINDS: tuple[ActionType, ...] = tuple(spec.kind for spec in NUMERIC_SPECS)
 """The numeric face's kinds: kind i of a MultiDiscrete action is `ACTION_KINDS[i]`."""
 BUY_FRACTIONS = np.array([0.01, 0.02, 0.05, 0.10, 0.25])
 """Order size as a fraction of equity (buys: USD spent; perps: margin)."""
 SELL_FRACTIONS = np.array([0.10, 0.25, 0.50, 0.75, 1.00])
 """Fraction of the held shares to sell."""
 
-SIZE_NONE, SIZE_EQUITY, SIZE_LEVERAGED, SIZE_HELD = 0, *(1 + NUMERIC_SIZES.index(n)
-                                                         for n in ("equity", "leveraged", "held"))
-KIND_SIZE_RULES = np.array([0 if spec.numeric_size is None else 1 + NUMERIC_SIZES.index(spec.numeric_size)
-                            for spec in _NUMERIC_SPECS], dtype=np.int64)
+_SIZE_CODES = {None: 0, **{name: 1 + i for i, name in enumerate(NUMERIC_SIZES)}}
+SIZE_NONE, SIZE_EQUITY, SIZE_LEVERAGED, SIZE_HELD = (_SIZE_CODES[n] for n in (None, "equity", "leveraged", "held"))
+KIND_SIZE_RULES = np.array([_SIZE_CODES[spec.numeric_size] for spec in NUMERIC_SPECS], dtype=np.int64)
 """Per numeric kind, how its size bucket becomes an amount (`SIZE_NONE` ... `SIZE_HELD`; `numeric_amount`)."""
 KIND_READS = np.array([(spec.numeric_target is not None, spec.numeric_size is not None, spec.numeric_side)
-                       for spec in _NUMERIC_SPECS], dtype=np.bool_).reshape(len(_NUMERIC_SPECS), 3)
+                       for spec in NUMERIC_SPECS], dtype=np.bool_).reshape(len(NUMERIC_SPECS), 3)
 """Per numeric kind, whether it reads the target, the size and the side (a kind ignores the entries it does not
 read: two actions that differ only there do the same thing)."""
 _KIND_CODES = np.asarray(ACTION_KINDS, dtype=np.int64)
@@ -49,7 +49,7 @@ def action_nvec(params: WorldParams) -> np.ndarray:
     """The MultiDiscrete sizes [kinds, targets, size buckets, sides]; targets is the largest count a kind's target
     ranges over (at least 1)."""
     counts = {"market": params.num_markets, "perp": params.num_perps, "group": params.num_groups}
-    targets = max([1] + [counts[spec.numeric_target] for spec in _NUMERIC_SPECS if spec.numeric_target])
+    targets = max([1] + [counts[spec.numeric_target] for spec in NUMERIC_SPECS if spec.numeric_target])
     return np.array([len(ACTION_KINDS), targets, len(BUY_FRACTIONS), 2], dtype=np.int64)
 
 

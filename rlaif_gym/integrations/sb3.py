@@ -99,8 +99,7 @@ whole holding, no perps (wait, buy YES/NO and sell YES/NO per market, join a gro
 
 ACTION_KINDS = tuple(kind.name.lower() for kind in encoding_action.ACTION_KINDS)
 """Names of the numeric face's action kinds (index 0 of a MultiDiscrete action), in its order."""
-_NUMERIC_SPECS = tuple(sim.SPEC_OF[name] for name in ACTION_KINDS)
-_TRADE_KINDS = tuple(i for i, spec in enumerate(_NUMERIC_SPECS) if spec.trade)
+_TRADE_KINDS = tuple(i for i, spec in enumerate(encoding_action.NUMERIC_SPECS) if spec.trade)
 """The numeric kinds that trade (`sim.ActionSpec.trade`)."""
 
 
@@ -119,7 +118,7 @@ def discrete_action_table(params: sim.WorldParams, *, buy_sizes: Sequence[int] =
     counts = {None: 1, "market": params.num_markets, "perp": params.num_perps if perps else 0,
               "group": params.num_groups if groups else 0}
     rows = []
-    for kind, spec in enumerate(_NUMERIC_SPECS):
+    for kind, spec in enumerate(encoding_action.NUMERIC_SPECS):
         sizes = (0,) if spec.numeric_size is None else sell_sizes if spec.numeric_size == "held" else buy_sizes
         sides = (0, 1) if spec.numeric_side else (0,)
         rows += [(kind, t, int(size), side) for t in range(counts[spec.numeric_target])

@@ -126,7 +126,6 @@ _MOMENTUM = NpcBehaviour.MOMENTUM
 # ---------------------------------------------------------------------------------------------
 # The kernel's names for codes, rows and constants, derived from what they name (so a renumbering follows)
 
-_WAIT = int(ActionType.WAIT)
 _BUY = int(ActionType.BUY_PREDICTION)
 _SELL = int(ActionType.SELL_PREDICTION)
 _OPEN_PERP = int(ActionType.OPEN_PERP)
