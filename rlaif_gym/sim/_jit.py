@@ -1,8 +1,8 @@
 """The compile plumbing of the world kernels: numba's decorators with the cache where it belongs, the first-call
-notice, the packed-buffer view intrinsic, and the call variant (a second copy of a kernel whose small helpers are
+notice, the packed-buffer view intrinsic, and the call variant (a second copy of a kernel whose `jit_inline` helpers are
 real calls). What a kernel computes lives in `sim.rules`; how it is compiled lives here.
 
-Kernels compile on first use, once per machine (30-90 s on 2 cores; `compile_notice` says so), and are cached in
+Kernels compile on first use, once per machine (30-70 s on 2 cores; `compile_notice` says so), and are cached in
 `kernel_cache_dir()`: the user cache (`rlaif_gym.sim.paths.user_cache_dir`, moved with ``$RLAIF_GYM_CACHE``) under a
 digest of every source a kernel freezes at compile time (this package's `sim` modules, `encoding/action.py`,
 `fast.py` and `mask.py`, `envs/fused.py`) and of the numba and Python versions. numba's own cache checks only the
@@ -32,7 +32,8 @@ try:  # a core dependency, but where numba cannot be installed the rules run as 
 except ImportError:  # pragma: no cover - exercised only where numba is absent
     numba = None
 
-__all__ = ["available", "call_variant", "compile_notice", "jit", "jit_flat", "jit_inline", "jit_phase", "jit_view",
+__all__ = ["available", "call_variant", "compile_notice", "jit", "jit_call", "jit_flat", "jit_inline", "jit_phase",
+           "jit_view",
            "kernel_cache_dir", "kernel_sources", "python_twin", "view"]
 
 COMPILE_NOTICE_AFTER_S = 2.0
@@ -90,7 +91,7 @@ def compile_notice(dispatcher):
             _noticed = True
             folder = kernel_cache_dir()
             print(f"rlaif-gym: compiling the world kernels for this machine (once: about 30 s for the text face, "
-                  f"1-2 minutes for the numeric one, on 2 cores; cached "
+                  f"about a minute for the numeric one, on 2 cores; cached "
                   f"afterwards{f' in {folder}' if folder else ''}; backend='numpy' skips it)", file=sys.stderr,
                   flush=True)
 
@@ -169,15 +170,25 @@ def jit_flat(fn):
     return njit(fn, _nrt=False) if numba is not None else fn
 
 
+def jit_call(fn):
+    """A small helper compiled once and called: LLVM inlines the call into each caller's machine code, so it runs as
+    an inlined helper does, while numba types it once instead of copying it into every call site of its caller's IR
+    and typing each copy again. Those copies were most of the world kernel's compile time (docs/benchmarks.md,
+    "Cold compile"). For straight-line arithmetic that LLVM's inliner always takes; a helper with a loop, or one
+    used inside the kernel's hottest loops, is a `jit_inline` instead (LLVM leaves some of those as calls)."""
+    return njit(fn, _nrt=False) if numba is not None else fn
+
+
 INLINED: dict[str, list[str]] = collections.defaultdict(list)
-"""Names of the `jit_inline` helpers by module (small arithmetic: real calls in the text face's copy,
-`call_variant`)."""
+"""Names of the `jit_inline` helpers by module (real calls in the text face's copy, `call_variant`)."""
 PHASES: dict[str, list[str]] = collections.defaultdict(list)
 """Names of the `jit_phase` helpers by module (the step's phases and action handlers: inlined in both copies)."""
 
 
 def jit_inline(fn):
-    """A small helper inlined into its caller at the numba IR level (no call, no reference counting)."""
+    """A helper inlined into its caller at the numba IR level (no call, no reference counting): for the helpers with
+    a loop, which LLVM's inliner may leave as calls inside the world kernel (a sum, the equity); straight-line
+    arithmetic is a `jit_call`, which compiles faster and runs the same."""
     INLINED[fn.__module__].append(fn.__name__)
     return njit(fn, inline="always") if numba is not None else fn
 
@@ -249,9 +260,10 @@ def call_variant(namespace: dict, flat: tuple[str, ...], helpers: tuple[dict, ..
     """A second compiled copy of the world step's kernels, whose small helpers are real calls.
 
     Why: numba inlines a `jit_inline` helper by copying it into every call site of its caller's IR, and
-    types the copy again: that is most of the world kernel's compile time (the world step inlines about 100
-    sites), and it makes the numeric face's hot loops fast. The text face steps one world per LLM call, where
-    a real call costs nothing measurable, so it runs a copy of the kernel whose small helpers are real calls:
+    types the copy again: that costs compile time at every site, and it keeps the numeric face's hot loops free of
+    the calls LLVM would leave (`jit_call` helpers need no copy: they are calls in both, inlined by LLVM). The text
+    face steps one world per LLM call, where a real call costs nothing measurable, so it runs a copy of the kernel
+    whose `jit_inline` helpers are real calls:
     the same code, the same arithmetic in the same order (so the same bits: tests/envs/test_fused.py compares
     the two paths step by step), compiled in about half the time (docs/benchmarks.md ("Time to first step")).
     The phases (`jit_phase`) stay inlined, once each, and are copied too so that their helpers are the calls.

@@ -12,8 +12,10 @@ they share is written here once, for one world's scalars, as numpy evaluates it:
   `_sell_proceeds`), so the CPMM is written once;
 - the accounting (`equity`, `exposure` and their parts) is `sim.accounting`'s for one world.
 
-Every helper is a `jit_inline` function: inlined into the kernels of the numeric face, a real call in the text
-face's copy of the world step (`sim._jit.call_variant`). The underscored names are the kernels' own (`sim.rules`
+Most helpers are `jit_call` functions: compiled once, and inlined by LLVM wherever the world kernel calls them.
+The ones LLVM left as calls inside the kernel (the sum `_psum`, the accounting, the single draw `_uniform_at`) are
+`jit_inline`: copied into the numeric face's kernels at numba's IR level, real calls in the text face's copy of the
+world step (`sim._jit.call_variant`). The underscored names are the kernels' own (`sim.rules`
 imports them); `fmax`, `fmin`, `isfinite`, `equity` and `exposure` are part of `sim.rules`'s kernel surface.
 """
 
@@ -24,7 +26,7 @@ import math
 import numpy as np
 
 from . import pricing, rng
-from ._jit import jit_inline
+from ._jit import jit_call, jit_inline
 
 _U64 = np.uint64
 _C1, _C2, _GOLDEN, _TO_UNIT = rng._C1, rng._C2, rng._GOLDEN, rng._TO_UNIT  # SplitMix64's constants, as `rng` draws
@@ -36,19 +38,19 @@ _SH31 = _U64(31)
 _TWO_PI = 2.0 * np.pi
 
 
-@jit_inline
+@jit_call
 def fmax(a, b):
     """np.maximum: NaN-propagating."""
     return a if (a >= b or a != a) else b
 
 
-@jit_inline
+@jit_call
 def fmin(a, b):
     """np.minimum: NaN-propagating."""
     return a if (a <= b or a != a) else b
 
 
-@jit_inline
+@jit_call
 def isfinite(x):
     return not (math.isinf(x) or math.isnan(x))
 
@@ -81,7 +83,7 @@ def _psum(a, n):
     return 0.0 + res
 
 
-@jit_inline
+@jit_call
 def _mix(x):
     x = (x ^ (x >> _SH30)) * _C1
     x = (x ^ (x >> _SH27)) * _C2
@@ -97,7 +99,7 @@ def _uniform_at(key, base, j):
     return float(x >> _SH11) * _TO_UNIT
 
 
-@jit_inline
+@jit_call
 def _uniforms(key, stream, n, out):
     """rng.uniforms for one world: out[:n] from (key, stream)."""
     base = stream * _S16
@@ -105,20 +107,20 @@ def _uniforms(key, stream, n, out):
         out[j] = _uniform_at(key, base, j)
 
 
-@jit_inline
+@jit_call
 def _normal(u1, u2):
     return math.sqrt(-2.0 * math.log1p(-u1)) * math.cos(_TWO_PI * u2)
 
 
-@jit_inline
+@jit_call
 def _fee(fee_rate, min_fee, gross):
     return fmax(fee_rate * gross, min_fee)
 
 
 # The market maker's formulas are `sim.pricing`'s own, compiled for scalars: `sim.accounting` calls the same two
 # functions on arrays, so the CPMM is written once.
-_buy_shares = jit_inline(pricing.buy_shares)
-_sell_proceeds = jit_inline(pricing.sell_proceeds)
+_buy_shares = jit_call(pricing.buy_shares)
+_sell_proceeds = jit_call(pricing.sell_proceeds)
 
 
 # Accounting (`sim.accounting`'s share_value / liquidation_value / equity / exposure for one world)
@@ -132,7 +134,7 @@ def _share_value(b, m, pm_yes, pm_no, hold_yes, hold_no, buf):
     return _psum(buf, m)
 
 
-@jit_inline
+@jit_call
 def _net_sale(same, other, sh, fee_rate, min_fee):
     """What one holding would fetch if sold now: sell_proceeds, less the fee, never below 0 (0 for no shares)."""
     if sh == 0.0:
