@@ -2,7 +2,7 @@
 notice, the packed-buffer view intrinsic, and the call variant (a second copy of a kernel whose `jit_inline` helpers are
 real calls). What a kernel computes lives in `sim.rules`; how it is compiled lives here.
 
-Kernels compile on first use, once per machine (30-70 s on 2 cores; `compile_notice` says so), and are cached in
+Kernels compile on first use, once per machine (30-100 s on 2 cores; `compile_notice` says so), and are cached in
 `kernel_cache_dir()`: the user cache (`rlaif_gym.sim.paths.user_cache_dir`, moved with ``$RLAIF_GYM_CACHE``) under a
 digest of every source a kernel freezes at compile time (this package's `sim` modules, `encoding/action.py`,
 `fast.py` and `mask.py`, `envs/fused.py`) and of the numba and Python versions. numba's own cache checks only the
@@ -91,7 +91,7 @@ def compile_notice(dispatcher):
             _noticed = True
             folder = kernel_cache_dir()
             print(f"rlaif-gym: compiling the world kernels for this machine (once: about 30 s for the text face, "
-                  f"about a minute for the numeric one, on 2 cores; cached "
+                  f"1-2 minutes for the numeric one, on 2 cores; cached "
                   f"afterwards{f' in {folder}' if folder else ''}; backend='numpy' skips it)", file=sys.stderr,
                   flush=True)
 
