@@ -33,8 +33,7 @@ except ImportError:  # pragma: no cover - exercised only where numba is absent
     numba = None
 
 __all__ = ["available", "call_variant", "compile_notice", "jit", "jit_call", "jit_flat", "jit_inline", "jit_phase",
-           "jit_view",
-           "kernel_cache_dir", "kernel_sources", "python_twin", "view"]
+           "jit_view", "kernel_cache_dir", "kernel_sources", "python_twin", "view"]
 
 COMPILE_NOTICE_AFTER_S = 2.0
 """Where numba's cache cannot be inspected: a first call still running after this many seconds is compiling."""
@@ -174,9 +173,9 @@ def jit_call(fn):
     """A small helper compiled once and called: LLVM inlines the call into each caller's machine code, so it runs as
     an inlined helper does, while numba types it once instead of copying it into every call site of its caller's IR
     and typing each copy again. Those copies were most of the world kernel's compile time (docs/benchmarks.md,
-    "Cold compile"). For straight-line arithmetic that LLVM's inliner always takes; a helper with a loop, or one
-    used inside the kernel's hottest loops, is a `jit_inline` instead (LLVM leaves some of those as calls)."""
-    return njit(fn, _nrt=False) if numba is not None else fn
+    "Cold compile"). Compiled as a `jit_flat` kernel is. A helper LLVM leaves as a call inside the world kernel (the
+    sum, the accounting, the single draw) is a `jit_inline` instead; tests/sim/test_compiled_calls.py names any."""
+    return jit_flat(fn)
 
 
 INLINED: dict[str, list[str]] = collections.defaultdict(list)
