@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import functools
 import hashlib
 import os
@@ -33,7 +34,7 @@ except ImportError:  # pragma: no cover - exercised only where numba is absent
     numba = None
 
 __all__ = ["available", "call_variant", "compile_notice", "jit", "jit_call", "jit_flat", "jit_inline", "jit_phase",
-           "jit_view", "kernel_cache_dir", "kernel_sources", "python_twin", "view"]
+           "jit_view", "kernel_cache_dir", "kernel_sources", "python_twin", "sharing_inline_copies", "view"]
 
 COMPILE_NOTICE_AFTER_S = 2.0
 """Where numba's cache cannot be inspected: a first call still running after this many seconds is compiling."""
@@ -50,6 +51,83 @@ _KERNEL_NAMES = {"rlaif_gym.sim.rules.kernel_calls": "world step",
 def available() -> bool:
     """True when numba is installed, so `step` runs compiled."""
     return numba is not None
+
+
+class _InlinerCopies(threading.local):
+    """What numba's IR inliner calls its `copy` module, once `sharing_inline_copies` has installed it: within that
+    context (per thread), the copies of one callee's blocks share one memo, so they share one copy of the callee's
+    variable scope as the callee's own blocks share one scope; elsewhere, numba's own copies.
+
+    Why: numba's `InlineWorker.inline_ir` deep-copies each block of the callee on its own (twice per call site),
+    and every block reaches the callee's whole scope, so each inlined call copied blocks x variables objects (and
+    compared the copied scopes with each other). For the world step's phases, whose scopes hold every variable of
+    the helpers inlined into them, that was most of numba's inlining time (docs/benchmarks.md, "Cold compile").
+    The IR it builds is the same: numba keeps the first block's scope and renames every variable into the
+    caller's."""
+
+    sharing = False
+    memos: dict | None = None  # id(an IR's scope) -> the memo of that IR's copy, during one inlined call
+    block_type = None
+
+    def deepcopy(self, x, memo=None):
+        if memo is None and self.memos is not None and isinstance(x, self.block_type):
+            memo = self.memos.setdefault(id(x.scope), {})
+        return copy.deepcopy(x, memo)
+
+    def __getattr__(self, name):
+        return getattr(copy, name)
+
+
+_inliner_copies = _InlinerCopies()
+_install_lock = threading.Lock()
+_installed: bool | None = None
+
+
+def _install_inliner_copies() -> bool:
+    """Give numba's inliner `_inliner_copies` for its `copy` module and wrap `inline_ir` to open one set of memos
+    per inlined call (once per process). False, leaving numba as it is, where its inliner has moved."""
+    global _installed
+    with _install_lock:
+        if _installed is None:
+            _installed = False
+            try:
+                from numba.core import inline_closurecall as inliner
+                from numba.core import ir
+                original = inliner.InlineWorker.inline_ir
+            except (ImportError, AttributeError):  # pragma: no cover - a numba that moved its inliner
+                return False
+            if getattr(inliner, "copy", None) is not copy:  # pragma: no cover - as above
+                return False
+
+            @functools.wraps(original)
+            def inline_ir(self, *args, **kwargs):
+                outer = _inliner_copies.memos
+                _inliner_copies.memos = {} if _inliner_copies.sharing else None
+                try:
+                    return original(self, *args, **kwargs)
+                finally:
+                    _inliner_copies.memos = outer
+
+            _InlinerCopies.block_type = ir.Block
+            inliner.InlineWorker.inline_ir = inline_ir
+            inliner.copy = _inliner_copies
+            _installed = True
+        return _installed
+
+
+@contextlib.contextmanager
+def sharing_inline_copies():
+    """Within this context, numba's inliner copies each callee's IR with one memo (`_InlinerCopies`): the world
+    kernels compile in about three quarters of the time, to the same machine code. `compile_notice` enters it around
+    every kernel's first call. Where numba is missing or its inliner has moved, it does nothing."""
+    if numba is None or not _install_inliner_copies():
+        yield
+        return
+    outer, _inliner_copies.sharing = _inliner_copies.sharing, True
+    try:
+        yield
+    finally:
+        _inliner_copies.sharing = outer
 
 
 def _has_cache(dispatcher) -> bool | None:
@@ -103,7 +181,8 @@ def compile_notice(dispatcher):
         timer.start()
     started = time.perf_counter()
     try:
-        yield
+        with sharing_inline_copies():
+            yield
     finally:
         if timer is not None:
             timer.cancel()
