@@ -149,7 +149,8 @@ def compile_notice(dispatcher):
     and a cache hit (well under a second) should not claim to compile. So the line before the call prints
     only when the cache has nothing for this kernel, and a line after it gives the measured compile time
     (numba's own count of cache misses says a compile ran). Where the cache cannot be inspected, a timer
-    prints the first line if the call is still running after `COMPILE_NOTICE_AFTER_S`.
+    prints the first line if the call is still running after `COMPILE_NOTICE_AFTER_S`. The call runs inside
+    `sharing_inline_copies`, so a compile it starts inlines with shared copies.
     """
     global _noticed
     if getattr(dispatcher, "signatures", True):
@@ -168,7 +169,7 @@ def compile_notice(dispatcher):
             _noticed = True
             folder = kernel_cache_dir()
             print(f"rlaif-gym: compiling the world kernels for this machine (once: about 30 s for the text face, "
-                  f"1-2 minutes for the numeric one, on 2 cores; cached "
+                  f"about a minute for the numeric one, on 2 cores; cached "
                   f"afterwards{f' in {folder}' if folder else ''}; backend='numpy' skips it)", file=sys.stderr,
                   flush=True)
 
