@@ -1,6 +1,7 @@
 """The compile plumbing of the world kernels: numba's decorators with the cache where it belongs, the first-call
-notice, the packed-buffer view intrinsic, and the call variant (a second copy of a kernel whose `jit_inline` helpers are
-real calls). What a kernel computes lives in `sim.rules`; how it is compiled lives here.
+notice, numba's inliner copying a callee's IR with one memo during a kernel's first call (`sharing_inline_copies`), the
+packed-buffer view intrinsic, and the call variant (a second copy of a kernel whose `jit_inline` helpers are real
+calls). What a kernel computes lives in `sim.rules`; how it is compiled lives here.
 
 Kernels compile on first use, once per machine (30-100 s on 2 cores; `compile_notice` says so), and are cached in
 `kernel_cache_dir()`: the user cache (`rlaif_gym.sim.paths.user_cache_dir`, moved with ``$RLAIF_GYM_CACHE``) under a
