@@ -49,9 +49,9 @@ def _count_copies(monkeypatch, compile_call):
         count[0] += 1
         return real(x, memo, _nil)
 
-    monkeypatch.setattr(copy, "deepcopy", counting)
-    value = compile_call()
-    monkeypatch.setattr(copy, "deepcopy", real)
+    with monkeypatch.context() as patched:
+        patched.setattr(copy, "deepcopy", counting)
+        value = compile_call()
     return count[0], value
 
 
