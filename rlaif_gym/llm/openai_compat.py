@@ -1,13 +1,14 @@
 """`OpenAIChatClient`: any OpenAI-compatible chat server (vLLM, llama.cpp, Ollama, hosted APIs).
 
-Requests go through `llm.transport.HTTPTransport` (aiohttp's connection pool, the `[openai]` extra,
-imported when the first call is made, so constructing a client needs neither package nor a
-connection), which binds each answer to its request and bounds it (`max_response_bytes`, default 8 MiB;
-see that module for what it refuses and why). Bodies go through `orjson`: the `openai` SDK's client CPU per
-call bounded the collector, whose event loop is one thread (docs/benchmarks.md). The request
+Requests go through `llm.transport.HTTPTransport` (a connection of its own per request, framed by
+`h11`: the `[openai]` extra, imported when the first call is made, so constructing a client needs neither
+package nor a connection), which binds each answer to its request by construction and bounds it
+(`max_response_bytes`, default 8 MiB; see that module for what it refuses and why). Bodies go through
+`orjson`: the `openai` SDK's client CPU per call bounded the collector, whose event loop is one thread
+(docs/benchmarks.md). The request
 and the errors follow the SDK's conventions (the body fields, ``Authorization: Bearer <key>``, the error
 type names and messages), so records and servers see what they saw before; proxies come from the
-environment (``HTTP(S)_PROXY``, ``NO_PROXY``), read once per connection pool. The base URL, model
+environment (``HTTP(S)_PROXY``, ``NO_PROXY``), read once per client. The base URL, model
 and key come from the arguments or from `OPENAI_BASE_URL`, `RLAIF_MODEL` / `OPENAI_MODEL` and
 `OPENAI_API_KEY`; local servers accept any key, so a missing key becomes "EMPTY". The key is held
 only by the HTTP client: `describe()` and every record omit it. Credentials embedded in the base URL
@@ -21,8 +22,9 @@ own error messages and logs with it; `RecordingClient` applies it to every strin
 completion (reply, reasoning, model, finish reason), so a key echoed in any field is never stored.
 
 Retries: timeouts, connection errors, refused answers (`TransportError`), 429 and 5xx are retried with
-exponential backoff and jitter (drawn from a seeded generator); 4xx errors are not. An answer refused as
-a copy of an earlier one is checked at once on a new connection. Every resend counts in `attempts`, and
+exponential backoff and jitter (drawn from a seeded generator); 4xx errors are not, nor is a server that
+keeps connections open against ``Connection: close``. A connection that delivered two different answers
+is retried at once, on a new connection. Every resend counts in `attempts`, and
 the error of each failed attempt travels with the outcome (`Completion.attempt_errors`,
 `LLMError.attempt_errors`) into the call's record. A server that rejects the `logprobs` option is asked
 again without it, and remembered.
@@ -47,9 +49,9 @@ from ..errors import DependencyNotInstalled, install_hint
 from .transport import (
     MAX_RESPONSE_BYTES,
     HTTPTransport,
-    ReplayedAnswerError,
     TransportError,
     check_max_response_bytes,
+    environment_proxy,
 )
 from .types import AttemptError, Completion, LLMError, SamplingParams
 
@@ -90,17 +92,17 @@ def _strip_credentials(url: str | None) -> tuple[str | None, list[str]]:
 
 
 def require_http_client(what: str = "OpenAIChatClient") -> tuple[Any, Any]:
-    """The `aiohttp` and `orjson` modules, or `DependencyNotInstalled` naming the `[openai]` extra.
+    """The `h11` and `orjson` modules, or `DependencyNotInstalled` naming the `[openai]` extra.
 
     The command line calls it before anything starts (a missing extra would otherwise fail every call).
     """
     try:
-        import aiohttp
+        import h11
         import orjson
     except ImportError as exc:
-        raise DependencyNotInstalled(f"{what} needs the aiohttp and orjson packages ({exc.name} is missing): "
+        raise DependencyNotInstalled(f"{what} needs the h11 and orjson packages ({exc.name} is missing): "
                                      f"{_EXTRA_HINT}") from None
-    return aiohttp, orjson
+    return h11, orjson
 
 
 class _HTTPStatusError(Exception):
@@ -168,9 +170,6 @@ class OpenAIChatClient:
     """
 
     DEFAULT_BASE_URL = "https://api.openai.com/v1"
-    MAX_CONNECTIONS = 1000
-    """Connections the pool may open (the SDK's limit); the collector bounds the calls in flight."""
-
     def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None, *,
                  timeout: float = 60.0, max_retries: int = 3, backoff: float = 0.5, jitter_seed: int = 0,
                  extra_body: dict[str, Any] | None = None, max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
@@ -189,8 +188,7 @@ class OpenAIChatClient:
         self.max_response_bytes = check_max_response_bytes(max_response_bytes)
         self.extra_body = dict(extra_body or {})
         self._rng = np.random.default_rng(jitter_seed)
-        self._session: Any = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._transport: HTTPTransport | None = None
         self._orjson: Any = None
         self._logprobs_supported = True
 
@@ -209,33 +207,21 @@ class OpenAIChatClient:
         parts = urlsplit(self.base_url or self.DEFAULT_BASE_URL)
         return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/chat/completions", parts.query, ""))
 
-    def _get_session(self) -> HTTPTransport:
-        # A connection pool belongs to the event loop it first ran on; each `asyncio.run` (e.g. a second
-        # collect, or a resume in the same process) gets its own.
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session_loop is not loop:
+    def _get_transport(self) -> HTTPTransport:
+        """The transport, made on the first call (it holds no connection, so any event loop may use it)."""
+        if self._transport is None:
             _, self._orjson = require_http_client()
-            self._drop_session()
             url = self.endpoint
             headers = {"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json",
                        "Accept": "application/json", "User-Agent": f"rlaif-gym/{_pkg_version}"}
             # Proxies are read once, here, not per request.
-            self._session = HTTPTransport(url, headers, proxy=_env_proxy(url), max_connections=self.MAX_CONNECTIONS,
-                                          max_response_bytes=self.max_response_bytes)
-            self._session_loop = loop
-        return self._session
-
-    def _drop_session(self) -> None:
-        """Forget a pool left on an event loop that has gone (its sockets are closed where that can be done)."""
-        old, self._session, self._session_loop = self._session, None, None
-        if old is not None:
-            old.close_now()
+            self._transport = HTTPTransport(url, headers, proxy=environment_proxy(url),
+                                            max_response_bytes=self.max_response_bytes)
+        return self._transport
 
     async def aclose(self) -> None:
-        """Close the connection pool of the running event loop (the collector calls this when it finishes)."""
-        session, self._session, self._session_loop = self._session, None, None
-        if session is not None:
-            await session.aclose()
+        """Nothing to release: every request's connection is closed when its answer is read. Kept so that callers
+        (the collector) may close any client alike."""
 
     def _body(self, messages: list[dict[str, str]], params: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {"messages": messages, "model": self.model}
@@ -252,10 +238,10 @@ class OpenAIChatClient:
             body.update(extra)
         return body
 
-    async def _post(self, body: dict[str, Any], verify: int | None, attempt: int) -> Completion:
+    async def _post(self, body: dict[str, Any], attempt: int) -> Completion:
         """One attempt: the completion of a 2xx answer; `_HTTPStatusError` for any other status, ValueError for a
         malformed body."""
-        session, orjson = self._get_session(), self._orjson
+        transport, orjson = self._get_transport(), self._orjson
         try:
             data = orjson.dumps(body)
         except TypeError:  # e.g. a lone surrogate in a prompt: the standard library escapes it
@@ -263,30 +249,27 @@ class OpenAIChatClient:
 
         def accept(status: int, raw: bytes) -> Completion:
             if _log.isEnabledFor(logging.DEBUG):
-                _log.debug("POST %s: HTTP %d, %d bytes", redact_url(session.url), status, len(raw))
+                _log.debug("POST %s: HTTP %d, %d bytes", redact_url(transport.url), status, len(raw))
             if not 200 <= status < 300:
                 raise _HTTPStatusError(status, _status_message(status, raw))
             return self._completion(_loads(raw, orjson), attempt)
 
-        return await _within(self.timeout, session.post(data, accept, verify=verify))
+        return await _within(self.timeout, transport.post(data, accept))
 
     async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
         """One completion, retried on transient failures; raises `LLMError` when it gives up.
 
-        Every attempt counts against `max_retries` (a resend on a replaced connection too), except one: an
-        answer refused as a copy of an earlier one (`ReplayedAnswerError`) is checked once on a new connection
-        even when the retries are spent, since until then it is not known to be a failure (a stub server
-        answers every request with the same bytes). The errors of the failed attempts come back as
+        Every attempt counts against `max_retries`. The errors of the failed attempts come back as
         `attempt_errors`, on the completion or on the `LLMError`."""
-        aiohttp, _ = require_http_client()
-        attempt, verify, copy_checks = 0, None, 0
+        require_http_client()
+        attempt = 0
         failures: list[AttemptError] = []
         while True:
             attempt += 1
             body = self._body(messages, params)
-            at_once, digest = False, None
+            at_once = False
             try:
-                completion = await self._post(body, verify, attempt)
+                completion = await self._post(body, attempt)
                 return dataclasses.replace(completion, attempt_errors=tuple(failures)) if failures else completion
             except _HTTPStatusError as exc:
                 status, reason = exc.status_code, self._message(exc)
@@ -297,25 +280,21 @@ class OpenAIChatClient:
                     attempt -= 1
                     continue
                 failure = AttemptError(exc.type, reason, status, retryable=status >= 500 or status == 429)
-            except TransportError as exc:  # an answer refused: stale, a copy, too large, encoded
-                failure = AttemptError(type(exc).__name__, self._message(exc), None, retryable=True)
+            except TransportError as exc:  # an answer refused: a second one, too large, encoded, unclosed
+                failure = AttemptError(type(exc).__name__, self._message(exc), None, retryable=exc.retryable)
                 at_once = exc.at_once
-                digest = exc.digest if isinstance(exc, ReplayedAnswerError) else None
             except (asyncio.TimeoutError, TimeoutError):
                 failure = AttemptError("APITimeoutError", "Request timed out.", None, retryable=True)
-            except (aiohttp.ClientError, OSError) as exc:  # refused, reset, a broken HTTP answer, a bad URL
+            except OSError as exc:  # refused, reset, closed before the answer was complete, a bad host
                 failure = AttemptError("APIConnectionError", "Connection error.", None, retryable=True)
                 _log.debug("connection error on %s: %s", redact_url(self.base_url), self._message(exc))
             except ValueError as exc:  # a malformed answer (not JSON, no choices, ...)
                 failure = AttemptError(type(exc).__name__, self._message(exc), None, retryable=True)
-            if digest is not None and copy_checks == 0:
-                copy_checks = 1
-            if not failure.retryable or attempt > self.max_retries + copy_checks:
+            if not failure.retryable or attempt > self.max_retries:
                 raise LLMError(failure.message, type_=failure.type, status_code=failure.status_code,
                                retryable=failure.retryable, attempts=attempt,
                                attempt_errors=tuple(failures)) from None
             failures.append(failure)
-            verify = digest
             delay = 0.0 if at_once else self.backoff * (2 ** (attempt - 1)) * (1.0 + 0.5 * self._rng.random())
             if _log.isEnabledFor(logging.INFO):
                 _log.info("call to %s failed (%s); retry %d of %d in %.2f s", redact_url(self.base_url),
@@ -378,15 +357,3 @@ async def _within(seconds: float, call: Any) -> Any:
         async with asyncio.timeout(seconds):
             return await call
     return await asyncio.wait_for(call, seconds)
-
-
-def _env_proxy(url: str) -> Any:
-    """The proxy the environment names for `url` (``HTTP(S)_PROXY``, ``ALL_PROXY``, ``NO_PROXY``), or None."""
-    try:
-        from aiohttp.helpers import get_env_proxy_for_url
-        from yarl import URL
-
-        proxy, _auth = get_env_proxy_for_url(URL(url))
-    except Exception:  # LookupError: none (or bypassed); anything else: this aiohttp has no such helper
-        return None
-    return proxy

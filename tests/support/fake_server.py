@@ -16,6 +16,7 @@ The first fault that applies decides the answer.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -54,6 +55,8 @@ FAULT_KINDS = (
     "body",  # 200 with `payload` (bytes) as the body and `content_type`: any malformed answer
     "duplicate",  # answer normally, then write the same answer again 0 to `delay_s` later (a per-call fraction)
 )
+COPY_KINDS = ("same", "created")
+"""How a fault's `twice` copy is written: the same bytes, or with another `created` stamp (a re-sending proxy)."""
 
 _MODEL = ScriptedLLM()
 
@@ -100,6 +103,8 @@ class Fault:
         payload, content_type: the answer for kind "body".
         message: the error message for kind "status"; `{status}` and `{authorization}` (the request's
             Authorization header, as some gateways echo it) are filled in.
+        twice: write the answer, whatever it is, once more 0 to `delay_s` later (kind "duplicate" always does).
+        copy: how the copy is written, one of `COPY_KINDS`.
     """
 
     kind: str
@@ -110,10 +115,14 @@ class Fault:
     payload: bytes = b""
     content_type: str = "application/json"
     message: str = "injected fault: HTTP {status}"
+    twice: bool = False
+    copy: str = "same"
 
     def __post_init__(self) -> None:
         if self.kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {self.kind!r}")
+        if self.copy not in COPY_KINDS:
+            raise ValueError(f"unknown copy kind {self.copy!r}")
 
     def applies(self, body: dict[str, Any], attempt: int) -> bool:
         if self.kind == "reject_logprobs" and not body.get("logprobs"):
@@ -143,11 +152,25 @@ class RecordedRequest:
 
 
 class FakeOpenAIServer:
-    """The server; use as a context manager or call `start()` / `stop()`."""
+    """The server; use as a context manager or call `start()` / `stop()`.
 
-    def __init__(self, faults: list[Fault] | None = None, model_name: str | None = None) -> None:
+    Args:
+        faults: the fault rules (see the module docstring).
+        model_name: the `model` of every answer (default: the request's).
+        unique_ids: stamp each answer with an id of its own, as real servers do; False: all answers to one
+            prompt are the same bytes (a stub, or a server without ids).
+        early_answers: on each new connection, write the last answer the server sent (to any request) before
+            reading the request (a server or proxy that answers out of turn).
+    """
+
+    def __init__(self, faults: list[Fault] | None = None, model_name: str | None = None, *,
+                 unique_ids: bool = True, early_answers: bool = False) -> None:
         self.faults: list[Fault] = list(faults or [])
         self.model_name = model_name
+        self.unique_ids = unique_ids
+        self.early_answers = early_answers
+        self.last_answer: bytes | None = None
+        """The bytes of the last answer sent (status line, headers and body)."""
         self.requests: list[RecordedRequest] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -236,6 +259,8 @@ class FakeOpenAIServer:
     def completion_id(self, body: dict[str, Any]) -> str:
         """A completion id unique to each answer, as real servers give (vLLM: a UUID; llama.cpp: random text):
         the call's key, then a serial number, so that no two answers are the same bytes."""
+        if not self.unique_ids:
+            return "chatcmpl-fake"
         return f"chatcmpl-{call_key(body)[:16]}-{next(self._answer_ids)}"
 
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -283,37 +308,40 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, payload: bytes, content_type: str = "application/json") -> None:
         rec = getattr(self, "_current", None)
+        fault = getattr(self, "_fault", None)
+        reason = self.responses.get(status, ("",))[0]
+        data = (f"HTTP/1.1 {status} {reason}\r\nServer: {self.server_version}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(payload)}\r\n\r\n").encode("latin-1") + payload
         try:
-            with self._writes:
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-                self.wfile.flush()
+            self.wfile.write(data)
+            self.wfile.flush()
             if rec is not None:
                 rec.answered_at = time.monotonic()
-        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.owner.last_answer = data
+            if fault is not None and (fault.twice or fault.kind == "duplicate"):
+                # The copy 0 to delay_s later (a per-call fraction), before the connection is closed.
+                time.sleep(fault.delay_s * int(rec.key[:4], 16) / 0xFFFF if rec is not None and rec.key else 0.0)
+                if fault.copy == "created":
+                    data = data.replace(b'"created": 1767225600', b'"created": 1767225601')
+                self.wfile.write(data)
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError, ValueError):
             self.close_connection = True  # the client gave up (a timeout): nothing to answer
 
     def setup(self) -> None:
         super().setup()
-        self._writes = threading.Lock()  # whole answers only: a "duplicate" copy is written from another thread
-
-    def _send_copy(self, payload: bytes) -> None:
-        """Write a 200 answer of `payload` once more, as a server or proxy that repeats itself does."""
-        data = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(payload)
-        try:
-            with self._writes:
-                self.wfile.write(data + payload)
-        except (OSError, ValueError):  # the connection (or the file) is closed by now: the copy is lost
-            pass
+        early = self.owner.last_answer
+        if self.owner.early_answers and early is not None:  # before the request is read
+            with contextlib.suppress(OSError):
+                self.wfile.write(early)
+                self.wfile.flush()
 
     def _error(self, status: int, message: str, type_: str, param: str | None = None) -> None:
         payload = {"error": {"message": message, "type": type_, "param": param, "code": None}}
         self._send(status, json.dumps(payload).encode())
 
     def do_GET(self) -> None:
+        self._fault = None
         self.owner._record(self, b"")
         self._error(404, f"no route GET {self.path}", "not_found")
 
@@ -332,6 +360,7 @@ class _Handler(BaseHTTPRequestHandler):
                 owner.in_flight -= 1
 
     def _post(self) -> None:
+        self._fault = None
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         owner = self.owner
@@ -347,6 +376,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, "the request body is not a JSON object", "invalid_request_error")
             return
         fault = next((f for f in owner.faults if f.applies(body, rec.attempt)), None)
+        self._fault = fault
         kind = fault.kind if fault is not None else "ok"
         rec.answer = kind
         if kind == "latency":
@@ -373,11 +403,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif kind == "duplicate":
             rec.status = 200
             rec.response = owner.completion(body)
-            payload = json.dumps(rec.response).encode()
-            self._send(200, payload)
-            copy = threading.Timer(fault.delay_s * int(rec.key[:4], 16) / 0xFFFF, self._send_copy, (payload,))
-            copy.daemon = True
-            copy.start()
+            self._send(200, json.dumps(rec.response).encode())
         elif kind == "reject_logprobs":
             rec.status = 400
             self._error(400, "logprobs is not supported by this model", "invalid_request_error", "logprobs")
