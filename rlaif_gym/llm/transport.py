@@ -185,8 +185,7 @@ class HTTPTransport:
         tunnel = self._proxy is not None and self._target.tls
         self._request_target = self._target.url if self._proxy is not None and not tunnel else self._target.path
         self._headers = [("Host", self._target.authority), *headers.items(), ("Accept-Encoding", "identity"),
-                         ("Connection", "close"),
-                         *(proxy_auth if self._proxy is not None and not tunnel else [])]
+                         ("Connection", "close"), *(proxy_auth if self._proxy is not None and not tunnel else [])]
         self.close_wait = close_wait
         self._ssl: ssl.SSLContext | None = None
 
@@ -264,7 +263,8 @@ class HTTPTransport:
                                          headers=[*self._headers, ("Content-Length", str(len(body)))]))
             writer.write(head + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
         except h11.LocalProtocolError as exc:
-            raise ValueError(f"the request cannot be written as HTTP/1.1: {exc}") from None
+            raise ValueError(f"the request cannot be written as HTTP/1.1: {exc}; check the URL and the extra "
+                             "headers") from None
         await writer.drain()
         answer = _Answer(self.max_response_bytes)
         data = b"-"
@@ -335,8 +335,8 @@ class _Answer:
         budget = MAX_EXTRA_COPIES * len(whole)
         while not closed:
             try:
-                data = await asyncio.wait_for(reader.read(_READ_BYTES), wait)
-            except asyncio.TimeoutError:
+                data = await _within(wait, reader.read(_READ_BYTES))
+            except (asyncio.TimeoutError, TimeoutError):
                 raise UnclosedConnectionError(
                     f"the server kept the connection open {wait:g} s after its answer, though the request asked it "
                     "to close (Connection: close, which HTTP/1.1 servers must honour); a second answer could still "
@@ -351,6 +351,14 @@ class _Answer:
                                    "written before the request was read, or a copy that differs); neither can be "
                                    "known to be this request's, so neither was taken and the request is sent again "
                                    "on a new connection")
+
+
+async def _within(seconds: float, call: Any) -> Any:
+    """`await call`, cancelled after `seconds` (`asyncio.timeout` where Python has it: no task per call)."""
+    if hasattr(asyncio, "timeout"):
+        async with asyncio.timeout(seconds):
+            return await call
+    return await asyncio.wait_for(call, seconds)
 
 
 def _copies_so_far(rest: bytearray, whole: bytes) -> bool:
