@@ -12,7 +12,7 @@ So this transport binds an answer to its request **by construction**: every requ
 its own, and is the only request that connection ever carries.
 
 * **One exchange per connection.** The request says ``Connection: close``; HTTP/1.1 obliges the server
-  to close the connection after its answer (RFC 9112 §9.6). Whatever the connection delivers can only be
+  to close the connection after its answer (RFC 9112, "Tear-down"). Whatever the connection delivers can only be
   about this one request, so no answer can reach another request, whatever a server or proxy sends, and
   whenever.
 * **Exactly one answer, or none.** The transport reads to the close. A connection that delivers a
