@@ -123,16 +123,15 @@ def step_info(components: Mapping[str, np.ndarray], out: sim.StepOutcome, state:
     }
 
 
-def reset_infos(state: sim.WorldState, params: sim.WorldParams, masks: np.ndarray | None = None,
+def reset_infos(state: sim.WorldState, params: sim.WorldParams,
                 worlds: Sequence[int] | None = None) -> list[dict[str, Any]]:
     """The info a reset returns, for each of `worlds` (default: every world of the batch).
 
-    `equity` and `cash` (USD) and `tick` of the new episode's first state: what `RLAIFEnv.reset` returns.
-    With `masks` (SB3's VecEnv, whose every info carries the mask of the state the next action applies to),
-    also `action_mask`, that world's row. The one definition for the single env and SB3's VecEnv, at a reset
-    and at an auto-reset, so that a VecEnv's `reset_infos` hold what `DummyVecEnv`'s sub-envs return.
+    `equity` and `cash` (USD) and `tick` of the new episode's first state: what `RLAIFEnv.reset` returns, the
+    account keys its `step` info carries too (no action mask: like the step info, a reset's info carries none;
+    `action_masks()` computes one when asked). The one definition for the single env and SB3's VecEnv, at a
+    reset and at an auto-reset, so that a VecEnv's `reset_infos` are what `DummyVecEnv`'s sub-envs return.
     """
     equity = sim.equity(state, params)
     picked = range(state.batch_size) if worlds is None else worlds
-    return [{"equity": float(equity[i]), "cash": float(state.cash[i]), "tick": int(state.tick[i]),
-             **({"action_mask": masks[i]} if masks is not None else {})} for i in picked]
+    return [{"equity": float(equity[i]), "cash": float(state.cash[i]), "tick": int(state.tick[i])} for i in picked]

@@ -9,8 +9,8 @@
   default samples kind, target, size and side from independent heads and learns nothing here
   (PPO ends at the passive agent's level); this one chooses what to do (kind, target, side) as
   one categorical, then a size per kind, and trades at a profit (docs/training.md).
-* Action masks: `RLAIFSB3VecEnv.action_masks()` and each world's `info["action_mask"]` say which
-  actions the world would accept, for sb3-contrib's `MaskablePPO` (per-dimension masks for its own
+* Action masks: `RLAIFSB3VecEnv.action_masks()` (and `env_method("action_masks")`, as on `DummyVecEnv`) says
+  which actions the world would accept, for sb3-contrib's `MaskablePPO` (per-dimension masks for its own
   MultiDiscrete policy, exact ones for a Discrete table or, with `mask_layout="joint"`, for
   `MaskableJointActionPolicy` with `JointMaskRolloutBuffer`).
 * `RLAIFMetricsCallback`: logs every reward component and the trading metrics of each finished
@@ -366,12 +366,12 @@ class RLAIFSB3VecEnv(VecEnv):
             MultiDiscrete action, K x T x 5 x 2, for `MaskableJointActionPolicy`). The discrete mode's
             masks are always exact, one entry per table row.
 
-    Info per world: the single env's keys (`reward_components`, `pnl_delta`, `equity`, `cash`,
-    `feedback`, `tick`, `fill`), plus `action_mask` (that world's row of `action_masks()`, for the state
-    the next action applies to), `TimeLimit.truncated` and, at an episode's end,
-    `terminal_observation`. `reset_infos` hold what the single env's `reset` returns (`equity`, `cash`,
-    `tick`) plus `action_mask`, after `reset()` and, for a world that auto-reset, after that step, as
-    `DummyVecEnv` keeps them. Wrap it in `VecMonitor` for `info["episode"]`. With an `archetype`, each
+    Infos are `DummyVecEnv`'s over `gym.make("RLAIF-v0")`, key for key and value for value (a test compares
+    them): per world the single env's step keys (`reward_components`, `pnl_delta`, `equity`, `cash`,
+    `feedback`, `tick`, `fill`), `TimeLimit.truncated` and, at an episode's end, `terminal_observation`;
+    `reset_infos` hold what the single env's `reset` returns (`equity`, `cash`, `tick`), after `reset()` and,
+    for a world that auto-reset, after that step. Like the single env's, no info carries an action mask:
+    `action_masks()` computes them when asked. Wrap it in `VecMonitor` for `info["episode"]`. With an `archetype`, each
     world keeps its own behaviour tracker (the `behavior` component, as `make_vec_env` would pay it).
     """
 
@@ -429,7 +429,7 @@ class RLAIFSB3VecEnv(VecEnv):
         if self._behavior is not None:
             self._behavior.reset()
         self._masks = None
-        self.reset_infos = reset_infos(self.core.state, self.params, self.action_masks())
+        self.reset_infos = reset_infos(self.core.state, self.params)
         self._reset_seeds()
         self._reset_options()
         return obs
@@ -471,23 +471,20 @@ class RLAIFSB3VecEnv(VecEnv):
             for i in idx:
                 infos[i]["terminal_observation"] = obs[i]
             obs = np.where(done[:, None], new_obs, obs)
-        self._masks = None
-        masks = self.action_masks()
-        for i, info in enumerate(infos):
-            info["action_mask"] = masks[i]
+        self._masks = None  # computed when asked (`action_masks()`, as MaskablePPO asks), not on every step
         if done.any():  # as DummyVecEnv keeps each auto-reset's info (SB3's VecEnv contract)
-            for i, info in zip(idx, reset_infos(state, self.params, masks, idx), strict=True):
+            for i, info in zip(idx, reset_infos(state, self.params, idx), strict=True):
                 self.reset_infos[i] = info
         return obs, res.reward.astype(np.float32), done, infos
 
     def action_masks(self) -> np.ndarray:
-        """Which actions the world would accept now, bool (num_envs, mask size); `info["action_mask"]` holds the rows.
+        """Which actions each world would accept now, bool (num_envs, mask size), one row per world.
 
         `action_mode="multidiscrete"`: per-dimension masks, K + T + 5 + 2 per world (kind, target,
         size, side), the layout sb3-contrib's `MaskablePPO` takes for a `MultiDiscrete` space;
         `"discrete"`: one entry per row of `action_table`, exact (True iff the world accepts that row).
         The masks are of the state the next action applies to (for a world that just reset, its new
-        episode's first state), computed once per step.
+        episode's first state), computed at the first call after a step or reset and kept until the next.
         """
         if self._masks is None:
             if self.core.state is None:

@@ -228,38 +228,63 @@ def test_sb3_options_and_errors_are_the_sub_envs(sb3_pair):
         fresh.env_method("get_state", indices=0)
 
 
-def _same_reset_info(mine: dict, ref: dict, mask: np.ndarray, where: str) -> None:
-    """`mine` is the sub-env's reset info `ref`, key for key and value for value, plus the VecEnv's `action_mask`
-    (every info of RLAIFSB3VecEnv carries the mask of the state the next action applies to)."""
-    assert sorted(mine) == sorted([*ref, "action_mask"]), f"{where}: keys {sorted(mine)} vs {sorted(ref)}"
-    for key, value in ref.items():
-        assert mine[key] == value and type(mine[key]) is type(value), f"{where}: {key} {mine[key]!r} != {value!r}"
-    assert np.array_equal(mine["action_mask"], mask), f"{where}: action_mask"
+def _same_info(mine, ref, where: str) -> None:
+    """`mine` is `ref` bit for bit: the same keys, and each value of the same type and value (arrays: the same
+    dtype, shape and bytes; dicts: recursively)."""
+    assert type(mine) is type(ref), f"{where}: {type(mine).__name__} vs {type(ref).__name__}"
+    if isinstance(ref, dict):
+        assert sorted(mine) == sorted(ref), f"{where}: keys {sorted(mine)} vs {sorted(ref)}"
+        for key in ref:
+            _same_info(mine[key], ref[key], f"{where}.{key}")
+    elif isinstance(ref, np.ndarray):
+        assert mine.dtype == ref.dtype and mine.shape == ref.shape and mine.tobytes() == ref.tobytes(), where
+    else:
+        assert mine == ref or (mine != mine and ref != ref), f"{where}: {mine!r} != {ref!r}"
 
 
-def test_sb3_reset_infos_are_the_sub_envs_own_at_reset_and_at_every_auto_reset(sb3_pair):
-    """Issue 37 row V1: RLAIFSB3VecEnv built its reset_infos by hand once, at reset(), and never renewed them when a
-    world auto-reset, which DummyVecEnv does (SB3's VecEnv contract). Now they come from the env's own reset-info
-    builder (`envs.glue.reset_infos`), at reset() and after every auto-reset, as DummyVecEnv's sub-envs give them."""
-    ours, theirs = sb3_pair
-    ours.reset(), theirs.reset()
-    for i, mask in enumerate(theirs.env_method("action_masks")):
-        _same_reset_info(ours.reset_infos[i], theirs.reset_infos[i], mask, f"reset, world {i}")
+@pytest.mark.parametrize("cfg", [{"num_ticks": 8}, {"num_ticks": 8, "archetype": "trader"}],
+                         ids=["default", "archetype"])
+def test_sb3_infos_and_reset_infos_are_dummy_vec_envs_bit_for_bit(cfg):
+    """Issue 57 row V1: RLAIFSB3VecEnv's reset_infos carried an `action_mask` that the sub-env's own reset info
+    (`RLAIFEnv.reset`) does not, and its step infos one that `RLAIFEnv.step`'s do not either (the single env
+    computes masks only when asked). Now every info of the VecEnv, at reset(), at each step and after each
+    auto-reset, is DummyVecEnv's over gym.make("RLAIF-v0") key for key and value for value; the masks are the
+    same through `action_masks()` / `env_method("action_masks")`. Each face's reset info carries no key its own
+    step info lacks (the text face adds only its `system_prompt`)."""
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from rlaif_gym import RLAIFTextEnv
+    from rlaif_gym.integrations.sb3 import RLAIFSB3VecEnv
+
+    ours = RLAIFSB3VecEnv(3, cfg, seed=21)
+    theirs = DummyVecEnv([lambda: gym.make("RLAIF-v0", **cfg) for _ in range(3)])
+    theirs.seed(21)
+    _same_info(ours.reset(), theirs.reset(), "reset obs")
+    for i in range(3):
+        _same_info(ours.reset_infos[i], theirs.reset_infos[i], f"reset, world {i}")
     rng = np.random.default_rng(5)
     resets = 0
     for t in range(20):  # two episode ends per world (num_ticks 8), each followed by an auto-reset
         a = rng.integers(0, ours.action_space.nvec, size=(3, 4))
-        a[:, 0] = np.where(rng.random(3) < 0.5, 1, a[:, 0])  # buys, so the masks change within an episode
+        a[:, 0] = np.where(rng.random(3) < 0.5, 1, a[:, 0])  # buys, so fills and masks change within an episode
         kept_ours, kept_theirs = list(ours.reset_infos), list(theirs.reset_infos)
         x, y = ours.step(a), theirs.step(a)
-        masks = theirs.env_method("action_masks")
+        _same_step((x[0], x[1], x[2], x[2]), (y[0], y[1], y[2], y[2]), t)
+        assert np.array_equal(ours.action_masks(), np.stack(theirs.env_method("action_masks"))), f"step {t}"
         for i in range(3):
-            assert np.array_equal(x[3][i]["action_mask"], masks[i]), f"step {t}, world {i}"
+            _same_info(x[3][i], y[3][i], f"step {t}, world {i}")
             # a world's reset info is replaced exactly when it auto-resets (a first state's values repeat, so
             # only the replacement tells a renewed info from a stale one)
             renewed = theirs.reset_infos[i] is not kept_theirs[i]
             assert renewed == bool(y[2][i]) == (ours.reset_infos[i] is not kept_ours[i]), f"step {t}, world {i}"
-            if renewed:
-                resets += 1
-                _same_reset_info(ours.reset_infos[i], theirs.reset_infos[i], masks[i], f"auto-reset {t}, world {i}")
+            _same_info(ours.reset_infos[i], theirs.reset_infos[i], f"step {t}, world {i}, reset info")
+            resets += renewed
     assert resets == 6
+    single, text = gym.make("RLAIF-v0", **cfg), RLAIFTextEnv(**cfg)
+    faces = ((single, np.array([1, 0, 2, 0]), set()), (text, "<think>x</think>wait", {"system_prompt"}))
+    for env, action, own in faces:
+        _, reset_info = env.reset(seed=0)
+        step_info = env.step(action)[4]
+        assert set(reset_info) - own <= set(step_info) and "action_mask" not in {*reset_info, *step_info}, \
+            f"{type(env.unwrapped).__name__}: reset {sorted(reset_info)}, step {sorted(step_info)}"
