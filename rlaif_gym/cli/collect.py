@@ -31,6 +31,7 @@ __all__ = ["rollout", "serve", "serve_local"]
 
 
 def rollout(
+    ctx: typer.Context,
     agent: AgentKind = typer.Option(AgentKind.scripted, help="policy: the offline scripted model or an "
                                     "OpenAI-compatible server"),
     base_url: str = typer.Option(None, help="server URL, e.g. http://127.0.0.1:8000/v1 (default: "
@@ -95,12 +96,15 @@ def rollout(
         make_policy,
         open_sink,
     )
+    from ..storage import hold_run_folder
 
     console = _console()
     check_policy_options(agent.value, base_url=base_url, model=model,
                          constrain=constrain.value if constrain else None)
     check_run_options(episodes=episodes, group_size=group_size, fork_tick=fork_tick, resume=resume,
                       overwrite=overwrite, ray_workers=ray_workers, ray_address=ray_address)
+    # One writer per run folder, held until the command ends (judge pass included); a second is refused here.
+    ctx.with_resource(hold_run_folder(out, "a rollout"))
     max_response_bytes = _mib(max_response_mb)
     policy = make_policy(agent.value, model=model, base_url=base_url, temperature=temperature, max_tokens=max_tokens,
                          timeout=timeout, max_retries=max_retries, constrain=constrain.value if constrain else None,

@@ -141,6 +141,7 @@ def evaluate(
     from ..evals import EpisodeSet, run_decision_eval, run_episode_eval
     from ..evals import task_set as named_set
     from ..rollout.launch import check_policy_options
+    from ..storage import hold_run_folder
 
     console = _console()
     dset = named_set(task_set, seeds=seeds, points=points, overrides=_parse_overrides(set_),
@@ -158,6 +159,7 @@ def evaluate(
     constrained = constrain.value if constrain else None
     described = None
     with contextlib.ExitStack() as stack:
+        stack.enter_context(hold_run_folder(out, "an eval"))  # one writer per run folder; released last
         if agent is EvalAgentKind.local:
             from ..integrations.local_llm import LocalLLMServer, fast_model_path
 

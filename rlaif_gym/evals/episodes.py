@@ -43,7 +43,7 @@ from ..errors import ConfigError
 from ..llm.format_teacher import FormatOnlyLLM
 from ..llm.types import LLMError
 from ..rollout import RolloutCollector
-from ..storage import JsonlStore
+from ..storage import JsonlStore, holds_run_folder
 from ..trajectory import Trajectory
 from .baselines import BASELINES, BET_FRACTION, reply_at
 from .runner import EvalResult, _finish, _prepare
@@ -120,6 +120,7 @@ async def _preflight(agent: Any, eset: EpisodeSet) -> None:
         await agent.aclose()
 
 
+@holds_run_folder("out", "an eval")  # one writer per run folder, as run_decision_eval
 def run_episode_eval(agent: Any, eset: EpisodeSet, out: Path | str, *, concurrency: int = 8,
                      resume: bool = False, overwrite: bool = False, command: Sequence[str] = (),
                      preflight: bool = True, describe: Mapping[str, Any] | None = None,

@@ -36,6 +36,7 @@ from ..envs.decisions import DecisionPoint, score_decision_replies
 from ..errors import ConfigError
 from ..llm.types import LLMError
 from ..storage._files import atomic_write_bytes
+from ..storage.lock import holds_run_folder
 from .baselines import BASELINES, baseline_reply
 from .scorecard import METRICS, build_scorecard, point_values, scorecard_markdown
 from .sets import DecisionSet
@@ -168,6 +169,7 @@ def _call_stats(rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], list[fl
         [c["latency_ms"] / 1000.0 for c in calls if c.get("latency_ms") is not None]
 
 
+@holds_run_folder("out", "an eval")  # one writer per run folder (docs/eval.md): a second eval into `out` is refused
 def run_decision_eval(agent: Any, dset: DecisionSet, out: Path | str, *, samples: int = 1, seed: int = 0,
                       concurrency: int = 8, resume: bool = False, overwrite: bool = False,
                       command: Sequence[str] = (), preflight: bool = True,

@@ -341,6 +341,15 @@ class RolloutCollector:
 
     async def _run(self, specs: list[EpisodeSpec], fork_plan: list[ForkGroup] | None, manifest: dict[str, Any],
                    resume: bool, include_trunk: bool, retry_failed: bool = False) -> CollectionSummary:
+        # One writer per run folder: a sink that can be held (JsonlStore, a FanoutSink over one) is held from
+        # before its manifest is read until the last trajectory is stored; a second collection into it is
+        # refused at once (RunFolderBusyError), never run beside this one (docs/cli.md, "One writer per run folder").
+        hold = getattr(self.sink, "hold", None)
+        with hold("a rollout") if hold is not None else contextlib.nullcontext():
+            return await self._run_held(specs, fork_plan, manifest, resume, include_trunk, retry_failed)
+
+    async def _run_held(self, specs: list[EpisodeSpec], fork_plan: list[ForkGroup] | None, manifest: dict[str, Any],
+                        resume: bool, include_trunk: bool, retry_failed: bool) -> CollectionSummary:
         summary = CollectionSummary(planned=len(specs))
         done_ids: set[str] = set()
         if retry_failed and not resume:

@@ -133,7 +133,8 @@ def collect_run(collector: RolloutCollector, store: JsonlStore, episodes: int, s
     once every option is known good. `loggers` (e.g. `integrations.tracking.metric_loggers`) see each
     finished trajectory after the collector's own `on_trajectory` hook, and are closed at the end, as is the
     collector's Ray backend, whatever happens.
-    `parquet` also writes trajectories.parquet from the stored run.
+    `parquet` also writes trajectories.parquet from the stored run. The run folder is held as its one writer
+    throughout (`JsonlStore.hold`): `RunFolderBusyError` if another process writes to it.
     """
     previous = collector.on_trajectory  # the caller's own hook runs too, and is back in place afterwards
 
@@ -145,16 +146,21 @@ def collect_run(collector: RolloutCollector, store: JsonlStore, episodes: int, s
 
     if loggers:
         collector.on_trajectory = log_all
-    if overwrite:
-        from ..storage.run_dir import clear_run
-
-        clear_run(store.directory)
     try:
-        if fork_tick is not None:
-            summary = collector.collect_forks(episodes // group_size, seed, fork_tick=fork_tick, resume=resume,
-                                              include_trunk=include_trunk, retry_failed=retry_failed)
-        else:
-            summary = collector.collect(episodes, seed, resume=resume, retry_failed=retry_failed)
+        with store.hold("a rollout"):  # the run folder's one writer, from --overwrite's delete to the Parquet file
+            if overwrite:
+                from ..storage.run_dir import clear_run
+
+                clear_run(store.directory)
+            if fork_tick is not None:
+                summary = collector.collect_forks(episodes // group_size, seed, fork_tick=fork_tick, resume=resume,
+                                                  include_trunk=include_trunk, retry_failed=retry_failed)
+            else:
+                summary = collector.collect(episodes, seed, resume=resume, retry_failed=retry_failed)
+            if parquet:
+                from ..storage import write_parquet
+
+                write_parquet(store.directory / "trajectories.parquet", list(store.read()))
     finally:
         collector.on_trajectory = previous
         if collector.backend is not None:
@@ -163,8 +169,4 @@ def collect_run(collector: RolloutCollector, store: JsonlStore, episodes: int, s
             close = getattr(log, "close", None)
             if close is not None:
                 close()
-    if parquet:
-        from ..storage import write_parquet
-
-        write_parquet(store.directory / "trajectories.parquet", list(store.read()))
     return summary

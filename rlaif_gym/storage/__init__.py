@@ -29,11 +29,13 @@ from .jsonl import (
     read_jsonl,
     write_jsonl,
 )
+from .lock import LOCK_NAME, RunFolderBusyError, RunFolderLockWarning, hold_run_folder, holds_run_folder
 from .parquet import PARQUET_SUMMARY_COLUMNS, read_parquet, write_parquet
 from .sql import SqlTrajectorySink
 
 __all__ = [
     "EXPORT_KINDS",
+    "LOCK_NAME",
     "MANIFEST_NAME",
     "PARQUET_SUMMARY_COLUMNS",
     "SET_ASIDE_NAME",
@@ -41,12 +43,16 @@ __all__ = [
     "FanoutSink",
     "JsonlStore",
     "RepairReport",
+    "RunFolderBusyError",
+    "RunFolderLockWarning",
     "SecretLeakError",
     "SqlTrajectorySink",
     "StorageError",
     "TornLineWarning",
     "TornTailError",
     "assert_no_secrets",
+    "hold_run_folder",
+    "holds_run_folder",
     "policy_calls",
     "prompt_messages",
     "read_jsonl",

@@ -12,6 +12,7 @@ Standard library and the schema only.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +43,11 @@ class FanoutSink:
             sink.append(trajectory)
 
     # -- what RolloutCollector uses for manifests and resume
+
+    def hold(self, what: str = "an rlaif-gym run") -> contextlib.AbstractContextManager[Any]:
+        """The primary's one-writer lock (`JsonlStore.hold`); nothing where the primary has none."""
+        hold = getattr(self.primary, "hold", None)
+        return hold(what) if hold is not None else contextlib.nullcontext()
 
     def read_manifest(self) -> dict[str, Any] | None:
         """The primary's run manifest (None when it keeps none)."""

@@ -14,6 +14,7 @@ It imports the standard library, pydantic (through the schema),
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from pydantic import ValidationError
 from ..errors import RLAIFError
 from ..trajectory import SCHEMA_VERSION, SchemaVersionError, Trajectory
 from ._files import atomic_write_bytes, fsync_dir
+from .lock import hold_run_folder
 
 __all__ = [
     "MANIFEST_NAME",
@@ -253,6 +255,16 @@ class JsonlStore:
 
     def __repr__(self) -> str:
         return f"JsonlStore({str(self.directory)!r}, part={self.part!r})"
+
+    def hold(self, what: str = "an rlaif-gym run") -> contextlib.AbstractContextManager[Path]:
+        """Hold the store's directory as its one writer for a `with` block (`storage.lock.hold_run_folder`):
+        `RolloutCollector` holds it while it collects, so a second collection into the same directory (another
+        `--resume` of one killed run, say) is refused at once instead of storing every missing episode twice.
+
+        Raises:
+            RunFolderBusyError: another process or thread holds it.
+        """
+        return hold_run_folder(self.directory, what)
 
     # -- writing
 

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from ..errors import ConfigError
+from .lock import LOCK_NAME
 
 __all__ = ["clear_run"]
 
@@ -31,7 +32,7 @@ def clear_run(directory: str | Path) -> list[Path]:
         return []
     manifest = out / "run.json"
     if not manifest.exists():
-        if any(out.iterdir()):
+        if any(p.name != LOCK_NAME for p in out.iterdir()):  # the lock file is the run folder's own
             raise ConfigError(f"{out} is not an rlaif-gym run directory (no run.json); refusing to delete anything "
                               "in it. Choose an empty or new --out directory")
         return []
