@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from enum import Enum
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from ._common import (
     _number,
     _outside,
     _parse_overrides,
+    _printable,
 )
 
 __all__ = ["app"]
@@ -54,10 +56,11 @@ app = typer.Typer(add_completion=False, rich_markup_mode=None, invoke_without_co
                   "`eval compare A B` pairs two scorecards.")
 
 
-NOT_RECORDED = ("out", "resume", "overwrite", "judge", "judge_mode", "judge_base_url", "judge_model",
-                "judge_tape_mode", "judge_max_tokens", "judge_grammar")
+NOT_RECORDED = ("out", "resume", "retry_failed", "overwrite", "allow_failed_calls", "judge", "judge_mode",
+                "judge_base_url", "judge_model", "judge_tape_mode", "judge_max_tokens", "judge_grammar")
 """Options that do not change a scorecard, left out of its `command` (so runs into two folders match byte for byte,
-and a judge can be validated on a finished eval with --resume)."""
+and a judge can be validated on a finished eval with --resume). `--allow-failed-calls` changes nothing of an eval
+whose calls were all answered, and the scorecard's `calls` says how many failed when some did."""
 
 
 def _command(params: dict) -> list[str]:
@@ -94,13 +97,14 @@ def evaluate(
                                  "default world)"),
     seeds: int = typer.Option(None, callback=_at_least(0), help="other states of the set's world: the first reset "
                               "seed (held out: >= 1,000,000 unless --allow-train-seeds)"),
-    points: int = typer.Option(None, callback=_at_least(1), help="points (episodes, in an episode set) to score "
-                               "(default: the set's)"),
+    points: int = typer.Option(None, callback=_at_least(1), help="points (episodes, in an episode set) to score, "
+                               "at most 10,000 (default: the set's)"),
     allow_train_seeds: bool = typer.Option(False, help="allow --seeds in the training range 0..999,999 (scores "
                                            "there measure memory, not skill)"),
     set_: list[str] = typer.Option([], "--set", help="world config override key=value (repeatable; makes a set "
                                    "of its own, with its own digest)"),
-    samples: int = typer.Option(1, callback=_at_least(1), help="replies per point (use a temperature > 0)"),
+    samples: int = typer.Option(1, callback=_at_least(1), help="replies per point, at most 64 (use a temperature > "
+                                "0)"),
     temperature: float = typer.Option(0.0, callback=_number(0.0, 10.0), help="sampling temperature (0: greedy, "
                                       "reproducible)"),
     max_tokens: int = typer.Option(256, callback=_at_least(1), help="max completion tokens per call"),
@@ -116,6 +120,11 @@ def evaluate(
     out: Path = typer.Option(Path("runs/eval"), file_okay=False, help="run folder: scorecard.json, scorecard.md, "
                              "replies.jsonl, points.jsonl, timing.json"),
     resume: bool = typer.Option(False, help="finish an interrupted eval in --out (same options)"),
+    retry_failed: bool = typer.Option(False, help="--resume: also make the failed calls again (an episode set: play "
+                                      "the failed episodes again); the old lines move to retried-failures.jsonl"),
+    allow_failed_calls: bool = typer.Option(False, help="write the scorecard although calls failed after their "
+                                            "retries: the model is scored on what it answered, the failed calls "
+                                            "counted apart (without it, failed calls exit 1 with no scorecard)"),
     overwrite: bool = typer.Option(False, help="delete a previous eval's files in --out first"),
     judge: EvalJudgeKind = typer.Option(EvalJudgeKind.none, help="also validate a judge on the same points: rule "
                                         "(the env's rule judge), llm (an LLM judge on --judge-base-url), local "
@@ -138,7 +147,7 @@ def evaluate(
         return
     from ..agents import OpenAIChatAgent, ScriptedLLMAgent
     from ..errors import ConfigError
-    from ..evals import EpisodeSet, run_decision_eval, run_episode_eval
+    from ..evals import EpisodeSet, FailedCallsError, run_decision_eval, run_episode_eval
     from ..evals import task_set as named_set
     from ..rollout.launch import check_policy_options
     from ..storage import hold_run_folder
@@ -175,15 +184,20 @@ def evaluate(
             described = {**policy.describe(), "base_url": "local llama.cpp server (--agent local)",
                          "model_file": server.model_file.name}
         say = lambda line: console.print(_outside(line), highlight=False)  # noqa: E731
-        if episodes:
-            result = run_episode_eval(policy, dset, out, concurrency=max_concurrent_calls, resume=resume,
-                                      overwrite=overwrite, command=_command(ctx.params), preflight=kind == "openai",
-                                      describe=described, log=say)
-        else:
-            result = run_decision_eval(policy, dset, out, samples=samples, seed=seed,
-                                       concurrency=max_concurrent_calls, resume=resume, overwrite=overwrite,
-                                       command=_command(ctx.params), preflight=kind == "openai",
-                                       describe=described, log=say)
+        failures = {"retry_failed": retry_failed, "allow_failed_calls": allow_failed_calls}
+        try:
+            if episodes:
+                result = run_episode_eval(policy, dset, out, concurrency=max_concurrent_calls, resume=resume,
+                                          overwrite=overwrite, command=_command(ctx.params),
+                                          preflight=kind == "openai", describe=described, log=say, **failures)
+            else:
+                result = run_decision_eval(policy, dset, out, samples=samples, seed=seed,
+                                           concurrency=max_concurrent_calls, resume=resume, overwrite=overwrite,
+                                           command=_command(ctx.params), preflight=kind == "openai",
+                                           describe=described, log=say, **failures)
+        except FailedCallsError as exc:  # the work ran and part of it failed: exit 1, as rollout's failed episodes
+            print(f"error: {_printable(exc)}", file=sys.stderr)
+            raise typer.Exit(1) from None
         console.print(_outside(result.markdown), highlight=False, soft_wrap=True)
         console.print(f"wrote {_outside(out)}/scorecard.json and scorecard.md", highlight=False)
         if judge is not EvalJudgeKind.none:
@@ -223,7 +237,12 @@ def _validate_judge(stack, console, result, judge, mode, base_url, model, tape_m
         folder.mkdir(parents=True, exist_ok=True)
         tape = stack.enter_context(JudgeTape(folder / "judge.sqlite"))
         llm = LLMJudge(client, config=config, tape=tape, tape_mode=tape_mode.value, model=model)
-    report = run_judge_validation(result.points, folder, judge=llm, model_replies=result.first_replies(), meta=meta)
+    replies = result.first_replies()
+    if None in replies:  # (--allow-failed-calls) a rung needs a reply at every point: leave the model's out
+        console.print(_outside(f"the judge's ladder leaves the model's rung out: {replies.count(None)} points have no "
+                               "answered call"), highlight=False, soft_wrap=True)
+    report = run_judge_validation(result.points, folder, judge=llm, meta=meta,
+                                  model_replies=None if None in replies else replies)
     console.print(_outside(validation_markdown(report)), highlight=False, soft_wrap=True)
     console.print(f"wrote {_outside(folder)}/validation.*", highlight=False)
 

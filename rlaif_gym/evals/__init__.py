@@ -15,11 +15,12 @@ from __future__ import annotations
 from .baselines import BASELINES, baseline_reply
 from .episodes import run_episode_eval
 from .judging import LADDER, judge_validation, run_judge_validation
-from .runner import EvalResult, run_decision_eval
+from .runner import EvalResult, FailedCallsError, run_decision_eval
 from .scorecard import (
     EPISODE_METRICS,
     METRICS,
     SCORECARD_SCHEMA,
+    EvalFileError,
     Interval,
     build_scorecard,
     compare_runs,
@@ -29,6 +30,6 @@ from .scorecard import (
 from .sets import DECISION_SETS, EPISODE_SETS, DecisionSet, EpisodeSet, decision_set, task_set
 
 __all__ = ["BASELINES", "DECISION_SETS", "EPISODE_METRICS", "EPISODE_SETS", "LADDER", "METRICS", "SCORECARD_SCHEMA",
-           "DecisionSet", "EpisodeSet", "EvalResult", "Interval", "baseline_reply", "build_scorecard", "compare_runs",
-           "decision_set", "interval", "judge_validation", "point_values", "run_decision_eval", "run_episode_eval",
-           "run_judge_validation", "task_set"]
+           "DecisionSet", "EpisodeSet", "EvalFileError", "EvalResult", "FailedCallsError", "Interval",
+           "baseline_reply", "build_scorecard", "compare_runs", "decision_set", "interval", "judge_validation",
+           "point_values", "run_decision_eval", "run_episode_eval", "run_judge_validation", "task_set"]

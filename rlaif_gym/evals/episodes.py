@@ -6,8 +6,12 @@ Per episode (a "point" of the scorecard; the interval is over episodes, one per 
 * `pnl`: final equity minus the starting cash, USD (equity is what the holdings would fetch if sold now);
 * `return`: the episode's summed reward (the text env's default reward);
 * `format_valid`, `executed`: the shares of its ticks whose reply parsed without a format error, and whose action
-  the world executed. A failed call ends the model's episode there (the collector records it as failed); it counts
-  as one more tick, invalid and not executed, and the episode's PnL and return are what it had made by then.
+  the world executed.
+
+A failed call (after the client's retries) ends the model's episode there, and the collector records the episode
+as failed: an outage, not the model's play. Such an episode is never scored: an eval with failed episodes writes no
+scorecard and raises `FailedCallsError`, unless `allow_failed_calls=True` (the model is then scored on the episodes
+it finished); `resume=True, retry_failed=True` plays the failed episodes again (the collector's `retry_failed`).
 
 The baselines, each reading only what a policy of its kind may read:
 
@@ -41,12 +45,11 @@ from ..envs.decisions import WAIT_REPLY
 from ..envs.text_env import RLAIFTextEnv
 from ..errors import ConfigError
 from ..llm.format_teacher import FormatOnlyLLM
-from ..llm.types import LLMError
 from ..rollout import RolloutCollector
 from ..storage import JsonlStore, holds_run_folder
 from ..trajectory import Trajectory
 from .baselines import BASELINES, BET_FRACTION, reply_at
-from .runner import EvalResult, _finish, _prepare
+from .runner import EvalResult, FailedCallsError, _finish, _prepare, first_call
 from .scorecard import EPISODE_METRICS
 from .sets import EpisodeSet
 
@@ -95,8 +98,8 @@ def play_baseline(name: str, eset: EpisodeSet, *, trace: bool = False,
 
 
 def trajectory_metrics(t: Trajectory) -> dict[str, float]:
-    """The episode metrics of the model's recorded episode (a failed call is one more tick, invalid, not
-    executed)."""
+    """The episode metrics of the model's recorded episode (in a failed one, its failed call counts as one more tick,
+    invalid, not executed; the eval scores no failed episode)."""
     ticks = len(t.steps) + len(t.failed_calls)
     valid = sum(not s.format_errors for s in t.steps)
     executed = sum(s.action is not None and s.action.action_type != "invalid" and s.action.success for s in t.steps)
@@ -105,17 +108,13 @@ def trajectory_metrics(t: Trajectory) -> dict[str, float]:
 
 
 async def _preflight(agent: Any, eset: EpisodeSet) -> None:
-    """One call on the first episode's first prompt: a server that cannot be reached stops the eval here."""
+    """One call on the first episode's first prompt, alone (`first_call`): a server that cannot be reached, fails it
+    or never answers it stops the eval here."""
     env = RLAIFTextEnv(eset.config)
     prompt, _ = env.reset(seed=eset.first_seed)
     try:
-        await agent.act(system_prompt(world_params(eset.config), eset.config.prompt_style), prompt, seed=0,
-                        call_id="preflight")
-    except LLMError as exc:
-        if exc.type == "APIConnectionError":
-            where = agent.describe().get("base_url") or "the model server"
-            raise ConfigError(f"{where} did not answer ({exc}); start the server (vllm serve, llama.cpp's server, "
-                              "ollama serve) or fix --base-url") from None
+        await first_call(agent, agent.act(system_prompt(world_params(eset.config), eset.config.prompt_style), prompt,
+                                          seed=0, call_id="preflight"))
     finally:
         await agent.aclose()
 
@@ -124,18 +123,25 @@ async def _preflight(agent: Any, eset: EpisodeSet) -> None:
 def run_episode_eval(agent: Any, eset: EpisodeSet, out: Path | str, *, concurrency: int = 8,
                      resume: bool = False, overwrite: bool = False, command: Sequence[str] = (),
                      preflight: bool = True, describe: Mapping[str, Any] | None = None,
-                     log: Callable[[str], None] | None = None) -> EvalResult:
+                     log: Callable[[str], None] | None = None, retry_failed: bool = False,
+                     allow_failed_calls: bool = False) -> EvalResult:
     """Score `agent` on the whole episodes of `eset`, beside the baselines on the same seeds; the run folder is
     `run_decision_eval`'s, with the model's trajectories in `out/episodes` instead of replies.jsonl.
 
     Args: as `run_decision_eval`'s, less `samples` (one episode per seed) and `seed` (each call's sampling seed
-    derives from its episode's seed and tick, as in every rollout).
+    derives from its episode's seed and tick, as in every rollout). `retry_failed` plays the failed episodes again
+    (their records move to `episodes/retried-failures.jsonl`); `allow_failed_calls` scores the model on the episodes
+    it finished.
 
     Raises:
         ConfigError: as `run_decision_eval`.
+        FailedCallsError: episodes failed and `allow_failed_calls` is off; they are kept, no scorecard written.
     """
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency}")
+    if retry_failed and not resume:
+        raise ConfigError("--retry-failed plays the failed episodes of an eval being resumed again; pass --resume as "
+                          "well (--resume --retry-failed)")
     say = log or (lambda line: None)
     out = Path(out)
     started = time.perf_counter()
@@ -153,7 +159,7 @@ def run_episode_eval(agent: Any, eset: EpisodeSet, out: Path | str, *, concurren
     if preflight:
         asyncio.run(_preflight(agent, eset))
     collector = RolloutCollector(agent, sink=store, env_config=eset.config, num_envs=concurrency, run_name="eval")
-    summary = collector.collect(eset.episodes, eset.first_seed, resume=resume)
+    summary = collector.collect(eset.episodes, eset.first_seed, resume=resume, retry_failed=retry_failed)
     calls_s = time.perf_counter() - calls_started
     say(f"model: {summary.completed} episodes played now, {summary.skipped_existing} already stored, "
         f"{summary.failed_calls} failed calls")
@@ -162,7 +168,13 @@ def run_episode_eval(agent: Any, eset: EpisodeSet, out: Path | str, *, concurren
     if missing:
         raise ConfigError(f"{out}/episodes lacks the episodes of seeds {missing[:5]}...; run again with --resume")
     trajectories = [by_seed[s] for s in eset.seeds]
-    per_point = {"model": {k: trajectory_metrics(t) for k, t in enumerate(trajectories)},
+    failed = [t for t in trajectories if t.final_status == "failed"]
+    if failed and not allow_failed_calls:
+        first = next((t.errors[0] for t in failed if t.errors), "")
+        raise FailedCallsError(out, len(failed), len(trajectories), f"seed {failed[0].seed}: {first}",
+                               where=f"{out}/episodes", unit="episodes", retried="it plays the failed episodes again")
+    # A failed episode ended at an outage, not at the model's play: it is counted in `calls`, never scored.
+    per_point = {"model": {k: trajectory_metrics(t) for k, t in enumerate(trajectories) if t.final_status != "failed"},
                  "wait": values["wait"][0]}
     for name in BASELINES:
         if name != "wait":
@@ -171,7 +183,7 @@ def run_episode_eval(agent: Any, eset: EpisodeSet, out: Path | str, *, concurren
     stats = {"calls": len(calls), "failed": sum(len(t.failed_calls) for t in trajectories),
              "retried_attempts": sum(max(0, (c.attempts or 1) - 1) for c in calls),
              "prompt_tokens": sum(c.prompt_tokens or 0 for c in calls),
-             "completion_tokens": sum(c.completion_tokens or 0 for c in calls)}
+             "completion_tokens": sum(c.completion_tokens or 0 for c in calls), "unanswered_points": len(failed)}
     latencies = [c.latency_ms / 1000.0 for c in calls if c.latency_ms is not None]
     card, markdown, timing = _finish(out, {name: per_point[name] for name in ("model", *BASELINES)}, list(eset.seeds),
                                      {**meta, "calls": stats}, command=command, metrics=EPISODE_METRICS,

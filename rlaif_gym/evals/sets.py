@@ -27,9 +27,10 @@ from typing import Any
 
 from ..config import RLAIFEnvConfig
 from ..envs.decisions import DECISION_WORLD, HELD_OUT_SEEDS, TRAIN_SEEDS, DecisionPoint, decision_points
+from ..envs.inputs import MAX_SEED
 from ..errors import ConfigError
 
-__all__ = ["DECISION_SETS", "EPISODE_SETS", "DecisionSet", "EpisodeSet", "decision_set", "task_set"]
+__all__ = ["DECISION_SETS", "EPISODE_SETS", "MAX_POINTS", "DecisionSet", "EpisodeSet", "decision_set", "task_set"]
 
 SET_VERSION = "decisions-v1"
 """The version of the decision sets' definition (world, filter, search); bumped when any of it changes."""
@@ -37,6 +38,10 @@ EPISODE_SET_VERSION = "episodes-v1"
 """The version of the episode sets' definition (worlds, seeds); bumped when any of it changes."""
 MAX_SEEDS_PER_POINT = 8
 """A set's search gives up after this many seeds per point asked for (a config that never qualifies)."""
+MAX_POINTS = 10_000
+"""`points` (--points) at most, in a set of either kind: 50 times the named decision sets (a set of 10,000 points
+takes about a minute to build here, and each point is a call per sample); the seeds the search may reach stay below
+2**63 (`MAX_SEED`)."""
 
 
 @dataclass(frozen=True)
@@ -119,8 +124,13 @@ def _custom(first_seed: int, size: int, world: Mapping[str, Any], seeds: int | N
     """(first seed, size, world) of a set of one's own made from a named one (see `decision_set`)."""
     first = first_seed if seeds is None else int(seeds)
     count = size if points is None else int(points)
-    if count < 1:
-        raise ConfigError(f"--points must be >= 1, got {count}")
+    if not 1 <= count <= MAX_POINTS:
+        raise ConfigError(f"--points must be in [1, {MAX_POINTS:,}], got {count:,}; score a larger sample as several "
+                          "sets (--seeds START --points N each) and compare them")
+    last = MAX_SEED - MAX_SEEDS_PER_POINT * count
+    if not 0 <= first <= last:
+        raise ConfigError(f"--seeds must be in [0, {last:,}] with --points {count:,} (the set's search may reach "
+                          f"{MAX_SEEDS_PER_POINT} seeds a point, and a seed is at most 2**63 - 1), got {first:,}")
     if first in TRAIN_SEEDS and not allow_train_seeds:
         raise ConfigError(f"--seeds {first:,} is in the training range {TRAIN_SEEDS.start:,}..{TRAIN_SEEDS.stop - 1:,}"
                           f"; scores there are not held out: start at {HELD_OUT_SEEDS[0].start:,} or above, or pass "
