@@ -18,7 +18,7 @@ from .health import INJECTION_PATTERNS, format_health, judge_health, spearman
 from .judge import GroupJudgement, JudgeBatch, JudgeConfig, LLMJudge, TrajectoryJudgement, VerdictRecord
 from .prompts import MODES, TEMPLATE_VERSION, load_template, render_messages, trajectory_data, trajectory_metrics
 from .runner import JudgeRunResult, apply_judge_scores, judge_run, read_judge_scores, with_mode
-from .tape import JudgeTape, TapeEntry, TapeFormatError, TapeMode, tape_key
+from .tape import JudgeTape, TapeEntry, TapeFormatError, TapeIntegrityError, TapeMode, tape_key
 from .verdicts import (
     AbsoluteVerdict,
     ListwiseVerdict,
@@ -47,6 +47,7 @@ __all__ = [
     "PairwiseVerdict",
     "TapeEntry",
     "TapeFormatError",
+    "TapeIntegrityError",
     "TapeMode",
     "TrajectoryJudgement",
     "VerdictRecord",

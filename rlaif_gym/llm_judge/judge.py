@@ -474,7 +474,8 @@ class LLMJudge:
         material, params = self._material(job, attempt, items, messages)
         key = tape_key(material)
         rec = VerdictRecord(key, self.config.mode, job.ids, job.repeat, attempt, outcome="", source="none")
-        entry = self.tape.get(key) if self.tape is not None else None
+        # record mode asks anew and never reads the tape: so it also mends a tape whose rows fail their checks
+        entry = self.tape.get(key) if self.tape is not None and self.tape_mode is not TapeMode.RECORD else None
         response: str | None
         if self.tape_mode is TapeMode.REPLAY or (self.tape_mode is TapeMode.RESCORE and entry is not None
                                                  and entry.reusable):
