@@ -8,7 +8,7 @@ from fake_server import Fault
 
 from rlaif_gym.agents import OpenAIChatAgent, ScriptedLLMAgent
 from rlaif_gym.errors import ConfigError
-from rlaif_gym.evals import EPISODE_METRICS, EpisodeSet, compare_runs, run_episode_eval, task_set
+from rlaif_gym.evals import EPISODE_METRICS, EpisodeSet, FailedCallsError, compare_runs, run_episode_eval, task_set
 from rlaif_gym.storage import JsonlStore
 
 
@@ -49,18 +49,32 @@ def test_an_episode_eval_resumes_reproduces_its_bytes_and_compares(scripted, tmp
         run_episode_eval(ScriptedLLMAgent(temperature=0.0), eset, first.out, command=["test"])
 
 
-def test_a_faulty_server_ends_episodes_early_and_loses_none(fake_server, tmp_path):
+def test_a_faulty_server_fails_episodes_that_are_never_scored_and_retry_failed_plays_them_again(fake_server, tmp_path):
+    """A failed call ends its episode as failed: an outage, not the model's play. The eval refuses a scorecard with
+    failed episodes, `allow_failed_calls` scores the model on the episodes it finished, and `--resume
+    --retry-failed` plays the failed ones again once the server answers."""
     eset = task_set("episodes-v1/decision-world-a", points=3, overrides={"num_ticks": 12})
     fake_server.faults = [Fault("status", status=500, match=lambda body: body.get("seed", 0) % 9 == 0)]
     agent = OpenAIChatAgent("fake", fake_server.base_url, temperature=0.0, logprobs=False, timeout=3.0,
                             max_retries=1, backoff=0.0)
-    result = run_episode_eval(agent, eset, tmp_path / "faulty", command=["f"], preflight=False)
-    stored = list(JsonlStore(result.out / "episodes").read())
+    out = tmp_path / "faulty"
+    with pytest.raises(FailedCallsError, match=r"of 3 episodes failed.*--resume --retry-failed") as refused:
+        run_episode_eval(agent, eset, out, command=["f"], preflight=False)
+    assert not (out / "scorecard.json").exists()
+    stored = list(JsonlStore(out / "episodes").read())
     failed = [t for t in stored if t.final_status == "failed"]
+    assert len(stored) == 3 and refused.value.failed == len(failed) >= 1
+    result = run_episode_eval(agent, eset, out, command=["f"], preflight=False, resume=True, allow_failed_calls=True)
     rows = _rows(result.scorecard)
-    assert len(stored) == 3 and all(rows[("model", m)]["n"] == 3 for m in EPISODE_METRICS)  # no episode dropped
-    assert result.scorecard["calls"]["failed"] == len(failed) >= 1
-    assert rows[("model", "format_valid")]["mean"] < 1.0  # the failed call is an invalid tick, not a skipped one
+    assert all(rows[("model", m)]["n"] == 3 - len(failed) for m in EPISODE_METRICS)  # the outage is not scored
+    assert all(rows[("wait", m)]["n"] == 3 for m in EPISODE_METRICS)
+    assert result.scorecard["calls"]["failed"] == len(failed) == result.scorecard["calls"]["unanswered_points"]
+    assert rows[("model", "format_valid")]["mean"] == 1.0
+    fake_server.faults = []
+    again = run_episode_eval(agent, eset, out, command=["f"], preflight=False, resume=True, retry_failed=True)
+    assert again.scorecard["calls"]["failed"] == 0 and all(_rows(again.scorecard)[("model", m)]["n"] == 3
+                                                          for m in EPISODE_METRICS)
+    assert len((out / "episodes" / "retried-failures.jsonl").read_text().splitlines()) == len(failed)
 
 
 def test_an_unreachable_server_stops_an_episode_eval_before_it_plays(tmp_path):

@@ -18,7 +18,7 @@ from rlaif_gym.agents import LLMAgent, OpenAIChatAgent, ScriptedLLMAgent
 from rlaif_gym.envs.decisions import WAIT_REPLY
 from rlaif_gym.errors import ConfigError
 from rlaif_gym.evals import METRICS, compare_runs, decision_set, run_decision_eval
-from rlaif_gym.evals.runner import call_seed
+from rlaif_gym.evals.runner import FailedCallsError, call_seed
 from rlaif_gym.llm import SamplingParams
 from rlaif_gym.llm.scripted import offline_completion
 
@@ -141,31 +141,43 @@ def test_compare_pairs_two_runs_on_the_states_they_share(tmp_path, scripted_eval
         compare_runs(scripted_eval.out, other.out)
 
 
-def test_a_faulty_server_counts_failures_and_loses_no_point(fake_server, tmp_path):
+def test_a_faulty_server_counts_failures_apart_and_loses_no_point(fake_server, tmp_path):
+    """Failed calls are recorded with their errors, never scored as the model's replies: the eval refuses to write a
+    scorecard with them, and `allow_failed_calls` scores the model on the calls it answered."""
     dset = decision_set(points=30)
     points = dset.build()
     seeds = [call_seed(0, p, 0) for p in points]
+    first = seeds[0]  # the first call, made alone, must be answered (`first_call`)
     fake_server.faults = [
-        Fault("status", status=500, match=lambda body: body.get("seed") % 5 == 0),  # every attempt: a failed call
-        Fault("invalid_json", match=lambda body: body.get("seed") % 5 == 1),  # every attempt
+        Fault("status", status=500, match=lambda body: body.get("seed") % 5 == 0 and body.get("seed") != first),
+        Fault("invalid_json", match=lambda body: body.get("seed") % 5 == 1 and body.get("seed") != first),
         Fault("status", status=503, times=1, match=lambda body: body.get("seed") % 5 == 2),  # retried, then fine
-        Fault("hang", delay_s=8.0, match=lambda body: body.get("seed") % 5 == 3),  # every attempt times out
+        Fault("hang", delay_s=8.0, match=lambda body: body.get("seed") % 5 == 3 and body.get("seed") != first),
     ]
     agent = OpenAIChatAgent("fake", fake_server.base_url, temperature=0.0, logprobs=False, timeout=3.0,
                             max_retries=1, backoff=0.0)
-    result = run_decision_eval(agent, dset, tmp_path / "faulty", command=["f"])
-    failing, transient = sum(s % 5 in (0, 1, 3) for s in seeds), sum(s % 5 == 2 for s in seeds)
+    failing = sum(s % 5 in (0, 1, 3) for s in seeds[1:])
+    with pytest.raises(FailedCallsError, match=rf"{failing} of 30 calls failed.*--resume --retry-failed.*"
+                       "--allow-failed-calls") as refused:
+        run_decision_eval(agent, dset, tmp_path / "faulty", command=["f"])
+    assert refused.value.failed == failing > 0 and not (tmp_path / "faulty" / "scorecard.json").exists()
+    asked = len(fake_server.chat_requests())
+    result = run_decision_eval(agent, dset, tmp_path / "faulty", command=["f"], resume=True, allow_failed_calls=True)
+    assert len(fake_server.chat_requests()) == asked  # nothing called again
+    transient = sum(s % 5 == 2 for s in seeds)
     calls = result.scorecard["calls"]
-    assert calls["calls"] == 30 and calls["failed"] == failing > 0
+    assert calls["calls"] == 30 and calls["failed"] == failing and calls["unanswered_points"] == failing
     assert calls["retried_attempts"] >= failing + transient  # one retry each (max_retries=1); a slow machine may add
     rows = _rows(result.scorecard)
-    assert all(rows[("model", m)]["n"] == 30 for m in METRICS)  # no point dropped
-    assert rows[("model", "format_valid")]["mean"] == pytest.approx((30 - failing) / 30)
+    assert all(rows[("model", m)]["n"] == 30 - failing for m in METRICS)  # the outage is no point of the model's
+    assert all(rows[("teacher", m)]["n"] == 30 for m in METRICS)
+    assert rows[("model", "format_valid")]["mean"] == 1.0  # every answer the server gave was well-formed
+    assert f"{failing} failed, an outage left out of the model's score" in result.markdown
     replies = [json.loads(line) for line in (result.out / "replies.jsonl").read_text().splitlines()]
     failed = [r for r in replies if r["error"] is not None]
     assert len(failed) == failing and all(r["reply"] == "" and r["call"]["error"] for r in failed)
     assert {r["error_type"] for r in failed} >= {"APITimeoutError"}
-    np.testing.assert_array_equal(sorted(r["point"] for r in replies), range(30))
+    np.testing.assert_array_equal(sorted(r["point"] for r in replies), range(30))  # every call recorded
 
 
 def test_an_unreachable_server_stops_the_eval_before_it_records_anything(tmp_path):
@@ -197,7 +209,8 @@ def test_the_api_key_reaches_the_server_and_no_file_of_the_eval(fake_server, tmp
     fake_server.faults = [Fault("status", status=401, message="Incorrect API key provided: {authorization}",
                                 match=lambda body: body.get("seed") % 2 == 0)]
     agent = OpenAIChatAgent("fake", fake_server.base_url, temperature=0.0, logprobs=False, max_retries=0)
-    result = run_decision_eval(agent, decision_set(points=8), tmp_path / "keyed", command=["k"], preflight=False)
+    result = run_decision_eval(agent, decision_set(points=8), tmp_path / "keyed", command=["k"], preflight=False,
+                               allow_failed_calls=True)
     assert result.scorecard["calls"]["failed"] > 0  # the echoing errors were recorded
     sent = {r.headers.get("authorization") or r.headers.get("Authorization") for r in fake_server.chat_requests()}
     assert sent == {f"Bearer {secret}"}
