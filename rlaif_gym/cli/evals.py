@@ -98,13 +98,13 @@ def evaluate(
     seeds: int = typer.Option(None, callback=_at_least(0), help="other states of the set's world: the first reset "
                               "seed (held out: >= 1,000,000 unless --allow-train-seeds)"),
     points: int = typer.Option(None, callback=_at_least(1), help="points (episodes, in an episode set) to score, "
-                               "at most 10,000 (default: the set's)"),
+                               "at most 2,000 (default: the set's)"),
     allow_train_seeds: bool = typer.Option(False, help="allow --seeds in the training range 0..999,999 (scores "
                                            "there measure memory, not skill)"),
     set_: list[str] = typer.Option([], "--set", help="world config override key=value (repeatable; makes a set "
                                    "of its own, with its own digest)"),
-    samples: int = typer.Option(1, callback=_at_least(1), help="replies per point, at most 64 (use a temperature > "
-                                "0)"),
+    samples: int = typer.Option(1, callback=_at_least(1), help="replies per point, at most 64 and 20,000 calls in "
+                                "all (use a temperature > 0)"),
     temperature: float = typer.Option(0.0, callback=_number(0.0, 10.0), help="sampling temperature (0: greedy, "
                                       "reproducible)"),
     max_tokens: int = typer.Option(256, callback=_at_least(1), help="max completion tokens per call"),

@@ -53,7 +53,7 @@ from .baselines import BASELINES, baseline_reply
 from .scorecard import METRICS, EvalFileError, _kind, build_scorecard, point_values, scorecard_markdown, strict_json
 from .sets import DecisionSet
 
-__all__ = ["FIRST_CALL_GRACE_S", "MAX_SAMPLES", "EvalResult", "FailedCallsError", "run_decision_eval"]
+__all__ = ["FIRST_CALL_GRACE_S", "MAX_CALLS", "MAX_SAMPLES", "EvalResult", "FailedCallsError", "run_decision_eval"]
 
 RUN_FILES = ("eval.json", "replies.jsonl", SET_ASIDE_NAME, "points.jsonl", "scorecard.json", "scorecard.md",
              "timing.json")
@@ -63,6 +63,9 @@ RUN_DIRS = ("episodes", "judge")
 MAX_SAMPLES = 64
 """`samples` (--samples) at most: replies per point; a point's mean over 64 replies is already far tighter than the
 interval over points, and every (point, sample) is one call and one line of `replies.jsonl`."""
+MAX_CALLS = 20_000
+"""Points times samples at most: the calls of one eval, each a line of `replies.jsonl` (a few KB with its record)
+held in memory while the eval scores them (e.g. 200 points x 64 samples, or 2,000 points x 10)."""
 FIRST_CALL_GRACE_S = 10.0
 """The first call must be answered within the client's timeout per attempt (`timeout_s`) plus this (the backoffs
 of retried fast failures, e.g. a 503 while the server loads its model); a server that accepts the connection and
@@ -377,7 +380,7 @@ def run_decision_eval(agent: Any, dset: DecisionSet, out: Path | str, *, samples
         dset: the set (`rlaif_gym.evals.decision_set`).
         out: the run folder (see the module docstring).
         samples: replies per point, 1 to `MAX_SAMPLES` (> 1 with a temperature above 0; every interval is over
-            points).
+            points), and at most `MAX_CALLS` calls in all.
         seed: the run's seed: each call's sampling seed derives from it and the point (`call_seed`).
         concurrency: calls in flight.
         resume: finish an interrupted eval in `out` (same settings), calling only what is missing.
@@ -403,6 +406,10 @@ def run_decision_eval(agent: Any, dset: DecisionSet, out: Path | str, *, samples
     if not 1 <= samples <= MAX_SAMPLES or concurrency < 1:
         raise ConfigError(f"--samples must be in [1, {MAX_SAMPLES}] and concurrency >= 1, got --samples {samples} and "
                           f"{concurrency}; score more states with --points instead of more samples")
+    if dset.points * samples > MAX_CALLS:
+        raise ConfigError(f"--points {dset.points:,} x --samples {samples} is {dset.points * samples:,} calls, at most "
+                          f"{MAX_CALLS:,} are made by one eval; take fewer samples, or score the points as several "
+                          "sets (--seeds START --points N each)")
     if retry_failed and not resume:
         raise ConfigError("--retry-failed makes the failed calls of an eval being resumed again; pass --resume as "
                           "well (--resume --retry-failed)")

@@ -203,9 +203,10 @@ def test_compare_refuses_a_scorecard_nested_too_deep(pair, tmp_path, capsys):
 BOUNDS = [
     (["--samples", "65", "--points", "2", "--temperature", "1"], "--samples must be in [1, 64]"),
     (["--samples", str(10**9), "--points", "2", "--temperature", "1"], "--samples must be in [1, 64]"),
-    (["--points", "10001"], "--points must be in [1, 10,000]"),
-    (["--points", str(10**30)], "--points must be in [1, 10,000]"),
-    (["--task-set", "episodes-v1/decision-world-a", "--points", str(10**30)], "--points must be in [1, 10,000]"),
+    (["--points", "400", "--samples", "64", "--temperature", "1"], "25,600 calls, at most 20,000"),
+    (["--points", "2001"], "--points must be in [1, 2,000]"),
+    (["--points", str(10**30)], "--points must be in [1, 2,000]"),
+    (["--task-set", "episodes-v1/decision-world-a", "--points", str(10**30)], "--points must be in [1, 2,000]"),
     (["--seeds", str(2**63 - 10), "--points", "3"], "--seeds must be in [0, "),
 ]
 
