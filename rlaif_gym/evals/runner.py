@@ -69,7 +69,7 @@ held in memory while the eval scores them (e.g. 200 points x 64 samples, or 2,00
 FIRST_CALL_GRACE_S = 10.0
 """The first call must be answered within the client's timeout per attempt (`timeout_s`) plus this (the backoffs
 of retried fast failures, e.g. a 503 while the server loads its model); a server that accepts the connection and
-says nothing longer stops the eval there (it ran every call out before: about 100 min at the defaults)."""
+says nothing longer stops the eval there, instead of running every call out at its full retries."""
 
 
 class FailedCallsError(RLAIFError, RuntimeError):

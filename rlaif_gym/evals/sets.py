@@ -39,9 +39,9 @@ EPISODE_SET_VERSION = "episodes-v1"
 MAX_SEEDS_PER_POINT = 8
 """A set's search gives up after this many seeds per point asked for (a config that never qualifies)."""
 MAX_POINTS = 2_000
-"""`points` (--points) at most, in a set of either kind: ten times the named decision sets (a set of 2,000 decision
-points took 45 s and about 150 MB to build on the project's 2-core machine; each point is a call per sample); the
-seeds the search may reach stay below 2**63 (`MAX_SEED`)."""
+"""`points` (--points) at most, in a set of either kind: ten times the named decision sets, whose points are all
+built and held before the first call (docs/eval.md gives the time and memory it takes); the seeds the search may
+reach stay below 2**63 (`MAX_SEED`)."""
 
 
 @dataclass(frozen=True)
