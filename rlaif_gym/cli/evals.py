@@ -239,8 +239,8 @@ def _validate_judge(stack, console, result, judge, mode, base_url, model, tape_m
         llm = LLMJudge(client, config=config, tape=tape, tape_mode=tape_mode.value, model=model)
     replies = result.first_replies()
     if None in replies:  # (--allow-failed-calls) a rung needs a reply at every point: leave the model's out
-        console.print(_outside(f"the judge's ladder leaves the model's rung out: {replies.count(None)} points have no "
-                               "answered call"), highlight=False, soft_wrap=True)
+        console.print(_outside(f"the judge's ladder leaves the model's rung out: no answered call at "
+                               f"{replies.count(None)} of {len(replies)} points"), highlight=False, soft_wrap=True)
     report = run_judge_validation(result.points, folder, judge=llm, meta=meta,
                                   model_replies=None if None in replies else replies)
     console.print(_outside(validation_markdown(report)), highlight=False, soft_wrap=True)

@@ -24,7 +24,7 @@ from rlaif_gym.agents import OpenAIChatAgent
 from rlaif_gym.cli import main
 from rlaif_gym.errors import ConfigError
 from rlaif_gym.evals import decision_set, run_decision_eval
-from rlaif_gym.evals.runner import FIRST_CALL_GRACE_S
+from rlaif_gym.evals.runner import FIRST_CALL_GRACE_S, call_seed
 
 
 def _serve_on(port: int) -> FakeOpenAIServer:
@@ -149,3 +149,21 @@ def test_a_first_call_answered_with_an_error_stops_the_eval_naming_the_server(tm
     assert code == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
     assert server.base_url in err and "first call" in err and "does not exist" in err and "--model" in err
     assert requests == 1
+
+
+def test_allowed_failed_calls_leave_the_models_rung_out_of_a_judge_validation(fake_server, tmp_path, capsys):
+    """A point without an answered call has no reply of the model's to judge: the ladder goes on without the model's
+    rung (it played the failed call's empty reply before)."""
+    points = decision_set(points=4).build()
+    lost = call_seed(0, points[2], 0)
+    fake_server.faults = [Fault("status", status=500, match=lambda body: body.get("seed") == lost)]
+    out = tmp_path / "run"
+    code = main(["eval", "--agent", "openai", "--base-url", fake_server.base_url, "--model", "m", "--points", "4",
+                 "--max-retries", "0", "--allow-failed-calls", "--judge", "rule", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0 and "leaves the model's rung out: no answered call at 1 of 4 points" in printed
+    card = json.loads((out / "scorecard.json").read_text())
+    assert card["calls"]["failed"] == 1 and _model_row(card, "format_valid")["n"] == 3
+    assert "--allow-failed-calls" not in card["command"]  # the flag changes no score of a run without failures
+    validation = json.loads((out / "judge" / "validation.rule.json").read_text())
+    assert "model" not in validation["ladder"] and validation["groups"] == 4
