@@ -16,7 +16,6 @@ import json
 import threading
 import time
 
-import fake_server as fs
 import pytest
 from fake_server import FakeOpenAIServer, Fault
 
@@ -25,21 +24,6 @@ from rlaif_gym.cli import main
 from rlaif_gym.errors import ConfigError
 from rlaif_gym.evals import decision_set, run_decision_eval
 from rlaif_gym.evals.runner import FIRST_CALL_GRACE_S, call_seed
-
-
-def _serve_on(port: int) -> FakeOpenAIServer:
-    """A `FakeOpenAIServer` on a given port: the model server back on its address after an outage (the eval's
-    settings name the URL, so a resumed eval must find it there)."""
-    server = FakeOpenAIServer()
-
-    class Handler(fs._Handler):
-        owner = server
-
-    server._httpd = fs._QuietServer(("127.0.0.1", port), Handler)
-    server._thread = threading.Thread(target=server._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                      daemon=True)
-    server._thread.start()
-    return server
 
 
 def _model_row(card, metric):
@@ -72,7 +56,7 @@ def test_an_outage_mid_eval_is_never_the_models_score_and_resume_retry_failed_ma
     rows = [json.loads(line) for line in (out / "replies.jsonl").read_text().splitlines()]
     assert len(rows) == 16 and sum(r["error"] is not None for r in rows) == 11  # every call kept, with its error
 
-    back = _serve_on(port)
+    back = FakeOpenAIServer(port=port).start()
     try:
         assert main([*argv, "--out", str(out), "--resume"]) == 1  # the failed calls stay failed without the flag
         assert "11 of 16 calls failed" in capsys.readouterr().err and not back.chat_requests()

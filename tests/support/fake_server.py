@@ -161,13 +161,15 @@ class FakeOpenAIServer:
             prompt are the same bytes (a stub, or a server without ids).
         early_answers: on each new connection, write the last answer the server sent (to any request) before
             reading the request (a server or proxy that answers out of turn).
+        port: the port to listen on (0: any free one); a server brought back on the port of one that went away.
     """
 
     def __init__(self, faults: list[Fault] | None = None, model_name: str | None = None, *,
-                 unique_ids: bool = True, early_answers: bool = False) -> None:
+                 unique_ids: bool = True, early_answers: bool = False, port: int = 0) -> None:
         self.faults: list[Fault] = list(faults or [])
         self.model_name = model_name
         self.unique_ids = unique_ids
+        self._port = port
         self.early_answers = early_answers
         self.last_answer: bytes | None = None
         """The bytes of the last answer sent (status line, headers and body)."""
@@ -192,7 +194,7 @@ class FakeOpenAIServer:
         class Handler(_Handler):
             owner = server
 
-        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", self._port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-openai-server", daemon=True)
