@@ -18,7 +18,8 @@ headers would hand base64(user:pass) back into every record.
 
 Servers echo what they receive. `redact` masks each known secret as ``***``: the key, the URL
 password and user:password pair, plain and in base64 (standard and URL-safe). This client masks its
-own error messages and logs with it; `RecordingClient` applies it to every string field of every
+own error messages and logs with it, always before it cuts them (a secret across a cut would leave its
+first characters, which no mask recognises); `RecordingClient` applies it to every string field of every
 completion (reply, reasoning, model, finish reason), so a key echoed in any field is never stored.
 
 Retries: timeouts, connection errors, refused answers (`TransportError`), 429 and 5xx are retried with
@@ -62,6 +63,8 @@ _STATUS_ERRORS = {400: "BadRequestError", 401: "AuthenticationError", 403: "Perm
                   404: "NotFoundError", 409: "ConflictError", 422: "UnprocessableEntityError", 429: "RateLimitError"}
 """The error type recorded for an HTTP status (the names the `openai` SDK gave them; >= 500 is
 "InternalServerError", any other "APIStatusError")."""
+_SHOWN_CHARS = 200
+"""The most characters of a malformed answer shown in its error message (after its secrets are masked)."""
 
 _log = logging.getLogger(__name__)
 
@@ -140,9 +143,10 @@ def _status_message(status: int, raw: bytes) -> str:
 
 def _secret_forms(secret: str) -> set[str]:
     """The forms in which a server may echo `secret`: plain, and base64 (standard and URL-safe, padded or
-    not, and the prefix that stays the same when more text follows, as in a Basic-auth pair)."""
+    not, and the prefix that stays the same when more text follows, as in a Basic-auth pair); and the plain
+    secret as JSON and Python escape it (a quote or backslash in it), as an error message may show a body."""
     raw = secret.encode("utf-8")
-    forms = {secret}
+    forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1], repr(secret)[1:-1]}
     for chunk in (raw, raw[: len(raw) - len(raw) % 3]):
         if len(chunk) < 3:
             continue
@@ -322,7 +326,8 @@ class OpenAIChatClient:
     def _parse(self, response: Any, attempts: int) -> Completion:
         choices = response.get("choices") if isinstance(response, dict) else None
         if not choices or not isinstance(choices, list):
-            raise ValueError(f"malformed response: no choices in {str(response)[:200]!r}")
+            # Masked before the cut: a secret across the cut would leave its first characters in the message.
+            raise ValueError(f"malformed response: no choices in {self.redact(str(response))[:_SHOWN_CHARS]!r}")
         choice = choices[0]
         message = choice.get("message")
         text = message.get("content") if message is not None else None

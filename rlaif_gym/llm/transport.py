@@ -307,12 +307,13 @@ class _Answer:
         if isinstance(event, h11.Response):
             self.status = event.status_code
             headers = {name.lower(): value for name, value in event.headers}
-            encoding = headers.get(b"content-encoding", b"").strip().lower()
-            if encoding not in (b"", b"identity"):
+            encoding = headers.get(b"content-encoding", b"")
+            if encoding.strip().lower() not in (b"", b"identity"):
+                # The header as sent, uncut and last: the client masks secrets in a message before it cuts it.
                 raise UnrequestedEncodingError(
-                    f"the answer is encoded as {encoding[:40].decode('latin-1')!r} although the request asked for "
-                    "none (Accept-Encoding: identity); it is not decoded (a compressed answer can inflate without "
-                    "bound); configure the server or proxy not to compress")
+                    "the answer is encoded although the request asked for none (Accept-Encoding: identity); it is not "
+                    "decoded (a compressed answer can inflate without bound); configure the server or proxy not to "
+                    f"compress (Content-Encoding: {encoding.decode('latin-1')!r})")
             length = headers.get(b"content-length")
             if length is not None and int(length) > self.limit:
                 raise ResponseTooLargeError(f"the answer announces {int(length):,} bytes, more than the "
