@@ -18,9 +18,10 @@ It imports pydantic and the standard library only.
 from __future__ import annotations
 
 import json
+import math
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -36,12 +37,14 @@ __all__ = [
     "Feedback",
     "LLMCall",
     "LLMCallError",
+    "NonFiniteNumberError",
     "Observation",
     "ProviderAccess",
     "SchemaVersionError",
     "StorageRepairWarning",
     "Trajectory",
     "TrajectoryStep",
+    "non_finite_numbers",
     "sim_timestamp_ms",
     "step_record",
     "storable_text",
@@ -64,6 +67,37 @@ class SchemaVersionError(RLAIFError, ValueError):
     """A record was written by a schema version this reader does not know."""
 
 
+class NonFiniteNumberError(RLAIFError, ValueError):
+    """A record holds a NaN or an infinity, which JSON cannot hold: `to_json` writes no such record.
+
+    Numbers from a server are checked where they enter (`rlaif_gym.llm.recording`), so one here was put
+    there by the code that built the record.
+
+    Attributes:
+        field: where, as the file would name it (camelCase, e.g. ``steps[2].reward``).
+    """
+
+    def __init__(self, record: str, field: str, value: float) -> None:
+        self.field = field
+        super().__init__(f"{record}: field {field} is {value!r}, which JSON cannot hold, so the record is not "
+                         "written; fix the code or input that put it there")
+
+
+def non_finite_numbers(value: Any, where: str = "", skip: frozenset[str] = frozenset()) -> Iterator[tuple[str, float]]:
+    """(place, value) of every NaN or infinite float in JSON-like `value`, in order; the keys in `skip` are not
+    entered. Places are written as a file names them (``steps[2].reward``)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key not in skip:
+                yield from non_finite_numbers(item, f"{where}.{key}" if where else str(key), skip)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from non_finite_numbers(item, f"{where}[{i}]", skip)
+
+
 class StorageRepairWarning(UserWarning):
     """A record held text that no UTF-8 file can store (a lone surrogate that got past the LLM boundary);
     it was written with each such code point replaced by U+FFFD and a ``storageRepairs`` count."""
@@ -82,7 +116,8 @@ def _may_differ(text: str) -> bool:
 class _Record(BaseModel):
     """Base: snake_case in Python, camelCase on the wire, either spelling accepted on input."""
 
-    # ser_json_inf_nan: NaN and the infinities are written as `json.dumps` writes them (`to_json`).
+    # ser_json_inf_nan: pydantic's pass writes NaN and the infinities as `json.dumps` does, where `to_json` finds
+    # them and refuses the record (`NonFiniteNumberError`): the JSONL is strict JSON.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow",
                               ser_json_inf_nan="constants")
 
@@ -101,15 +136,18 @@ class _Record(BaseModel):
         repairs server text where it enters, and as a last resort any lone surrogate still in a field
         (text a caller put there) is replaced by U+FFFD here, the count written as a top-level
         ``storageRepairs`` field, with a `StorageRepairWarning`.
+
+        The text is strict JSON (RFC 8259, which any reader parses): a NaN or an infinity raises
+        `NonFiniteNumberError` naming the field, and nothing is returned to write.
         """
         try:
             text = self.model_dump_json(by_alias=True)
         except ValueError:  # text pydantic will not encode (a lone surrogate): the plain path decides
             text = ""
-        if text and not _may_differ(text):
+        if text and not _may_differ(text) and "NaN" not in text and "Infinity" not in text:
             return text
         data = self.to_dict()
-        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        text = self._strict_json(data)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
@@ -118,8 +156,18 @@ class _Record(BaseModel):
             warnings.warn(f"{type(self).__name__} {getattr(self, 'trajectory_id', '')!s}: {repaired} code point(s) "
                           "that UTF-8 cannot store were written as U+FFFD (storageRepairs)", StorageRepairWarning,
                           stacklevel=2)
-            text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+            text = self._strict_json(data)
         return text
+
+    def _strict_json(self, data: dict[str, Any]) -> str:
+        try:
+            return json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except ValueError:
+            tid = getattr(self, "trajectory_id", None)
+            for where, value in non_finite_numbers(data):
+                raise NonFiniteNumberError(f"trajectory {tid!r}" if tid is not None else type(self).__name__,
+                                           where, value) from None
+            raise
 
 
 class LLMCallError(_Record):

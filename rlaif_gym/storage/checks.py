@@ -11,14 +11,13 @@ Standard library, `rlaif_gym.errors`, `rlaif_gym.trajectory` and this package.
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from ..errors import RecordError
-from ..trajectory import Trajectory
+from ..trajectory import Trajectory, non_finite_numbers
 from .jsonl import JsonlStore, _parse_lines
 
 __all__ = ["MAX_SEED", "check_record", "check_unique_ids", "load_checked"]
@@ -27,20 +26,8 @@ MAX_SEED = 2**63 - 1
 """The largest env seed the readers accept (numpy's int64; `reset(seed=...)` needs >= 0)."""
 
 _SKIP = frozenset({"completionLogprobs"})
-"""Server-supplied numbers where -inf is a legitimate value (a token's log-probability)."""
-
-
-def _non_finite(value: Any, where: str) -> Iterator[tuple[str, float]]:
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            yield where, value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if key not in _SKIP:
-                yield from _non_finite(item, f"{where}.{key}" if where else str(key))
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _non_finite(item, f"{where}[{i}]")
+"""Server-supplied numbers where -inf is a legitimate value (a token's log-probability): files written before
+the LLM boundary checked logprobs may hold it (a new record never does: it would not be strict JSON)."""
 
 
 def check_record(trajectory: Trajectory, source: str) -> Trajectory:
@@ -55,7 +42,7 @@ def check_record(trajectory: Trajectory, source: str) -> Trajectory:
         raise RecordError(source, tid, "seed", f"expected an env seed in [0, 2**63 - 1], got {seed}",
                           "Seeds are written by the rollout collector; fix the seed in that record or remove the "
                           "record (the run cannot be replayed or compared with baselines otherwise)")
-    for where, value in _non_finite(trajectory.to_dict(), ""):
+    for where, value in non_finite_numbers(trajectory.to_dict(), skip=_SKIP):
         raise RecordError(source, tid, where, f"expected a finite number, got {value!r}",
                           "The readers compute metrics and exports from it; fix or remove that record")
     return trajectory

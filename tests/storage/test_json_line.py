@@ -16,9 +16,11 @@ import pytest
 
 from rlaif_gym.agents import ScriptedLLMAgent
 from rlaif_gym.rollout import RolloutCollector
+from rlaif_gym.storage import JsonlStore
 from rlaif_gym.trajectory import (
     EnvironmentState,
     LLMCall,
+    NonFiniteNumberError,
     Observation,
     StorageRepairWarning,
     Trajectory,
@@ -31,13 +33,13 @@ def plain(record) -> str:
 
 
 def awkward_floats(n: int = 20_000) -> list[float]:
-    """Every magnitude from subnormal to huge, random bit patterns, and the values the formats disagree on."""
+    """Every finite magnitude from subnormal to huge, random bit patterns, and the values the formats disagree on
+    (JSON has no NaN or infinity: see the test of those below)."""
     rng = np.random.default_rng(0)
-    values = [0.0, -0.0, 1e-4, 9.999e-5, 1e-5, 1.5e-7, 5e-324, 1e16, 1e22, 1.7976931348623157e308, 0.1, 1 / 3,
-              math.nan, math.inf, -math.inf]
+    values = [0.0, -0.0, 1e-4, 9.999e-5, 1e-5, 1.5e-7, 5e-324, 1e16, 1e22, 1.7976931348623157e308, 0.1, 1 / 3]
     values += (rng.random(n) * 10.0 ** rng.integers(-330, 308, n) * rng.choice([-1, 1], n)).tolist()
     values += [struct.unpack("d", struct.pack("Q", int(b)))[0] for b in rng.integers(0, 2**63, n, dtype=np.uint64)]
-    return values
+    return [v for v in values if math.isfinite(v)]
 
 
 def test_floats_of_every_magnitude_are_written_as_python_writes_them():
@@ -48,6 +50,25 @@ def test_floats_of_every_magnitude_are_written_as_python_writes_them():
         assert record.to_json() == plain(record), f"floats {i}..{i + 500}"
         extra = EnvironmentState(agent_balance=1.0, cash=chunk[0], tick=i, spread={"x": chunk[1:5]})  # extra keys
         assert extra.to_json() == plain(extra)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_nan_or_an_infinity_is_never_written_the_error_names_the_field(value, tmp_path):
+    """Issue 57 row N1: the JSONL is strict JSON (RFC 8259 has no NaN or Infinity); a record holding one is refused
+    whole, naming where, and nothing reaches the file."""
+    step = TrajectoryStep(step_number=0, timestamp=0, environment_state=EnvironmentState(agent_balance=1.0),
+                          llm_calls=[LLMCall(model="m", temperature=0.5, completion_logprobs=[-0.5, value])])
+    traj = Trajectory(trajectory_id="t-1", agent_id="a", steps=[step])
+    with pytest.raises(NonFiniteNumberError, match=r"trajectory 't-1': field steps\[0\]\.llmCalls\[0\]"
+                                                   r"\.completionLogprobs\[1\] is -?(nan|inf)") as info:
+        JsonlStore(tmp_path / "run").append(traj)
+    assert info.value.field == "steps[0].llmCalls[0].completionLogprobs[1]"
+    assert b"".join(p.read_bytes() for p in (tmp_path / "run").glob("trajectories-*.jsonl")) == b""
+    with pytest.raises(NonFiniteNumberError, match=r"Observation: field numeric\[2\]"):
+        Observation(numeric=[1.0, 2.0, value]).to_json()
+    # text that reads "NaN" or "Infinity" is no number: written, and as json.dumps writes it
+    record = LLMCall(model="NaN", response="Infinity and -Infinity", completion_logprobs=[-1e-7])
+    assert record.to_json() == plain(record)
 
 
 @pytest.mark.parametrize("text", [
