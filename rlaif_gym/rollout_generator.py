@@ -107,6 +107,7 @@ from .encoding.view import TickView
 from .envs import RLAIFEnv, RLAIFTextEnv
 from .errors import ConfigError, InvalidActionError
 from .llm import LLMError
+from .llm.recording import TokenBudget
 from .rollout import TrajectorySink, build_trajectory, call_seed, summarize_quality, validate_trajectory
 from .sim import normalize_action
 from .trajectory import (
@@ -454,6 +455,7 @@ class FastRolloutGenerator:
         failed_calls: list[LLMCall] = []
         durations: list[float] = []
         status = "completed"
+        budget = TokenBudget()
         wall0 = time.perf_counter()
         try:
             prompt, info = env.reset(seed=seed)
@@ -477,6 +479,8 @@ class FastRolloutGenerator:
                 tick.tick_number, tick.timestamp = t, sim_timestamp_ms(view.tick)
                 tick.environment_state = before
                 tick.observation = tick.observation or observation
+                for c in tick.llm_calls:
+                    budget.take(c)
                 reply, call = _reply(tick)
                 next_prompt, reward, terminated, truncated, info = env.step(reply)
                 self._absorb(tick, call, info, reward, warnings)

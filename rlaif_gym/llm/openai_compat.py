@@ -336,16 +336,14 @@ class OpenAIChatClient:
         logprobs = None
         content = choice.get("logprobs")
         content = content.get("content") if isinstance(content, dict) else None
-        if content:
-            logprobs = [float(t["logprob"]) for t in content]
+        if content:  # as sent: `RecordingClient` checks them (finite, in range) and drops a list that is not
+            logprobs = [t["logprob"] for t in content]
         usage = response.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         token_ids = choice.get("token_ids")
-        token_ids = token_ids if isinstance(token_ids, list) else None
         prompt_ids = response.get("prompt_token_ids")
-        prompt_ids = prompt_ids if isinstance(prompt_ids, list) else None
         reasoning = message.get("reasoning_content")
-        # Masked, repaired and bounded by `RecordingClient`, the one boundary every field passes.
+        # As sent: masked, repaired, checked and bounded by `RecordingClient`, the one boundary every field passes.
         return Completion(
             text=text, model=response.get("model") or self.model,
             finish_reason=choice.get("finish_reason"),

@@ -52,6 +52,7 @@ from ..envs.decisions import DecisionPoint
 from ..envs.text_env import warm_up
 from ..errors import ConfigError
 from ..llm import LLMError
+from ..llm.recording import TokenBudget
 from ..sim import TRADE_TYPES
 from ..trajectory import (
     EnvironmentState,
@@ -618,6 +619,7 @@ class RolloutCollector:
         errors: list[str] = []
         status = "completed"
         ready, tick = False, 0  # play reached a prompt; the tick it stands at
+        budget = TokenBudget(c for s in steps for c in s.llm_calls)  # a branch's trunk spends it first
         try:
             if start is None:
                 prompt, info = env.reset(seed=spec.env_seed)
@@ -641,7 +643,7 @@ class RolloutCollector:
                     status = "failed"
                     break
                 next_prompt, reward, terminated, truncated, info = env.step(reply)
-                steps.append(step_record(t, before, record, prompt, numeric, reward, info))
+                steps.append(step_record(t, before, budget.take(record), prompt, numeric, reward, info))
                 display.tick(reward)
                 prompt, tick = next_prompt, t + 1
                 await asyncio.sleep(0)  # a policy that never awaits (the scripted agent) still lets the writer run

@@ -187,8 +187,15 @@ def _conversation(trajectory: Trajectory) -> list[Message]:
     return chat
 
 
+def _token_list(call: LLMCall, attr: str) -> list[Any] | None:
+    """The call's per-token list `attr` as the server returned it; None where none was recorded or the list
+    was cut (named in the record's ``tokenCuts``): a cut list no longer matches the reply it belongs to."""
+    cuts = (call.model_extra or {}).get("tokenCuts")
+    return None if isinstance(cuts, dict) and attr in cuts else getattr(call, attr)
+
+
 def _concat(calls: list[LLMCall], attr: str) -> list[Any] | None:
-    values = [getattr(call, attr) for call in calls]
+    values = [_token_list(call, attr) for call in calls]
     if not calls or any(v is None for v in values):
         return None
     return [x for v in values for x in v]
@@ -196,9 +203,9 @@ def _concat(calls: list[LLMCall], attr: str) -> list[Any] | None:
 
 def _turn_tokens(call: LLMCall) -> dict[str, list[Any] | None]:
     """One policy call's token-exact record: what a multi-turn trainer needs to train on the sampled tokens
-    without re-tokenising (None where the server returned none)."""
-    return {"prompt_token_ids": call.prompt_token_ids, "completion_token_ids": call.completion_token_ids,
-            "completion_logprobs": call.completion_logprobs}
+    without re-tokenising (None where the server returned none, or the list was cut)."""
+    return {attr: _token_list(call, attr) for attr in ("prompt_token_ids", "completion_token_ids",
+                                                       "completion_logprobs")}
 
 
 def _score_of(score: str | Callable[[Trajectory], float]) -> Callable[[Trajectory], float]:
@@ -237,9 +244,10 @@ def to_grpo_groups(trajectories: Iterable[Trajectory], score: str | Callable[[Tr
         "advantages", "degenerate", "messages", "tokens", "logprobs", "turns"}`, where `messages`,
         `tokens`, `logprobs` and `turns` hold one entry per trajectory (`tokens` / `logprobs`: the
         concatenated completion token ids / logprobs of its policy calls, None unless every
-        policy call recorded them; `turns`: per policy call, in order, its `prompt_token_ids`,
-        `completion_token_ids` and `completion_logprobs` as the server returned them, so that a
-        multi-turn trainer sees each turn's exact tokens); `skipped` counts the groups of fewer than
+        policy call recorded them whole; `turns`: per policy call, in order, its `prompt_token_ids`,
+        `completion_token_ids` and `completion_logprobs` as the server returned them, None for a list
+        that was not recorded or was cut (``tokenCuts``), so that a multi-turn trainer sees each turn's
+        exact tokens); `skipped` counts the groups of fewer than
         2 (scored) trajectories (each trajectory without a `group_id` counts as one such group).
     """
     value = _score_of(score) if judge_scores is None else (lambda t: judge_scores[t.trajectory_id])

@@ -311,3 +311,29 @@ def test_llm_agent_runner_and_a_failed_policy_call():
     assert traj.failed_calls[0].error.type == "APIConnectionError"
     assert "policy call failed after 3 attempt(s)" in traj.errors[0]
     assert not RolloutQualityValidator.validate_rollout(failed)[0]
+
+
+class HugeListsRunner(OriginalStyleRunner):
+    """Each tick's call carries 400,000 completion token ids and logprobs, as a runner that copies a server's
+    answer into its `LLMCall` might (issue 57, row N2)."""
+
+    async def run_tick(self, agent_id: str, observation: dict, env_state: EnvironmentState) -> AgentTickData:
+        tick = await super().run_tick(agent_id, observation, env_state)
+        tick.llm_calls[0].completion_token_ids = [7] * 400_000
+        tick.llm_calls[0].completion_logprobs = [-0.5] * 400_000
+        return tick
+
+
+def test_a_trajectory_keeps_at_most_trajectory_tokens_of_per_token_lists():
+    from rlaif_gym.llm.recording import TOKEN_LISTS, TRAJECTORY_TOKENS
+
+    generator = FastRolloutGenerator(RolloutConfig(max_ticks_per_agent=TICKS, seed=11))
+    result = run(generator.generate_rollout(HugeListsRunner(), "solo", gym.make("RLAIF-Text-v0")))
+    calls = [c for s in result.trajectory.steps for c in s.llm_calls]
+    assert len(calls) == TICKS
+    kept = [sum(len(getattr(c, f) or []) for f in TOKEN_LISTS) for c in calls]
+    assert sum(kept) == TRAJECTORY_TOKENS and kept[:2] == [800_000, TRAJECTORY_TOKENS - 800_000], kept
+    assert "tokenCuts" not in calls[0].model_extra
+    assert len(calls[1].completion_token_ids) == TRAJECTORY_TOKENS - 800_000 and calls[1].completion_logprobs == []
+    assert all(c.model_extra["tokenCuts"] == dict.fromkeys(TOKEN_LISTS[1:], 400_000) for c in calls[1:])
+    assert all(c.completion_token_ids == [] for c in calls[2:])
