@@ -405,7 +405,7 @@ class CallStats:
     """LLM calls: counts, latency (ms) and tokens per call. Failed calls count; their latency too.
 
     Latency statistics use the calls that recorded a latency, token statistics the calls that
-    recorded usage (a server may omit it). Percentiles interpolate linearly.
+    recorded usage (a server may omit it) that a float can hold. Percentiles interpolate linearly.
     """
 
     calls: int
@@ -423,14 +423,23 @@ def _calls(trajs: Iterable[Trajectory]) -> list[LLMCall]:
     return [c for t in trajs for c in [*(c for s in t.steps for c in s.llm_calls), *t.failed_calls]]
 
 
+def _count_as_float(value: int) -> float:
+    """A stored token count as a float; one too large for a float (a record may hold any JSON integer) is inf."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def call_stats(trajs: Iterable[Trajectory]) -> CallStats:
     """Latency and token statistics over every LLM call of `trajs` (step calls and failed calls)."""
     calls = _calls(trajs)
     lat = np.array([c.latency_ms for c in calls if c.latency_ms is not None], dtype=np.float64)
 
     def mean_of(attr: str) -> float:
-        v = [getattr(c, attr) for c in calls if getattr(c, attr) is not None]
-        return float(np.mean(v)) if v else math.nan
+        v = [_count_as_float(getattr(c, attr)) for c in calls if getattr(c, attr) is not None]
+        v = [x for x in v if math.isfinite(x)]
+        return math.fsum(v) / len(v) if v else math.nan
 
     def pct(q: float) -> float:
         return float(np.percentile(lat, q)) if len(lat) else math.nan

@@ -3,6 +3,11 @@
 Figures are built with matplotlib's object API on the Agg canvas (`matplotlib.figure.Figure`,
 never `pyplot`), so making a report neither needs a display nor switches the backend of a
 notebook or script that imported rlaif_gym.
+
+Every plot survives every number a stored record can hold (a run written before the LLM boundary checked
+numbers, by another tool or by hand: token counts of 2**64 - 1 or 401 digits, floats up to 1.8e308, all
+equal or spanning every decade): a value beyond `PLOT_LIMIT` is left off, and the plot says how many were;
+histogram bins are computed here, never by numpy from the data's range.
 """
 
 from __future__ import annotations
@@ -42,6 +47,61 @@ _BASELINE_STYLE = {
 other line, so it appears in the summary table only."""
 _SIZE = (9.0, 4.6)
 _DPI = 100
+PLOT_LIMIT = 1e15
+"""The largest magnitude a plot draws (and, on a log axis, 1 / PLOT_LIMIT the smallest); a value beyond it is
+left off and counted in the plot's labels. No run produces one (money is bounded at 1e12 USD, token counts at
+2**31 - 1), and within it the bins and ticks matplotlib and numpy compute never overflow or collapse."""
+_LIMIT_TEXT = f"{PLOT_LIMIT:.0e}".replace("e+", "e")
+_BINS = 30
+
+
+def _as_float(value: Any) -> float:
+    """`value` as a float; an int too large for one is infinite (left off, like any value beyond `PLOT_LIMIT`)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _on_scale(values: Sequence[Any] | np.ndarray, positive: bool = False) -> tuple[np.ndarray, int]:
+    """(the values a plot draws, as floats: finite, within `PLOT_LIMIT`, and for a log axis positive and at
+    least 1 / PLOT_LIMIT; how many of `values` are left off)."""
+    v = np.fromiter((_as_float(x) for x in values), dtype=np.float64, count=len(values))
+    keep = _drawable(v, positive)
+    return v[keep], int(len(v) - keep.sum())
+
+
+def _drawable(v: np.ndarray, positive: bool = False) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        keep = np.isfinite(v) & (np.abs(v) <= PLOT_LIMIT)
+        return keep & (v >= 1.0 / PLOT_LIMIT) if positive else keep
+
+
+def _masked(m: np.ndarray) -> tuple[np.ndarray, int]:
+    """`m` with every value beyond `PLOT_LIMIT` made NaN (not drawn), and how many were (NaN already: none)."""
+    off = ~_drawable(m) & ~np.isnan(m)
+    return np.where(off, np.nan, m), int(off.sum())
+
+
+def _off(count: int) -> str:
+    """What a label's parenthesis adds when `count` values were left off."""
+    return f"; {count} beyond ±{_LIMIT_TEXT} not drawn" if count else ""
+
+
+def _with_off(label: str, count: int) -> str:
+    """`label`, saying how many values were left off when any were."""
+    return f"{label} ({count} beyond ±{_LIMIT_TEXT} not drawn)" if count else label
+
+
+def _bins(values: np.ndarray, count: int = _BINS) -> np.ndarray:
+    """`count` equal bins over on-scale `values` (see `_on_scale`); values closer together than a millionth of
+    their magnitude (or one value) get bins of that width around them, so that no two edges are equal."""
+    lo, hi = float(values.min()), float(values.max())
+    scale = max(1.0, abs(lo), abs(hi))
+    if hi - lo < 1e-6 * scale:
+        pad = max(0.5, 1e-6 * scale)
+        lo, hi = lo - pad, hi + pad
+    return np.linspace(lo, hi, count + 1)
 
 
 def require_matplotlib() -> Any:
@@ -83,11 +143,12 @@ def plot_equity(runs: Sequence[RunReport], path: Path) -> Path:
     drawn: list[dict[str, np.ndarray]] = []
     for i, run in enumerate(runs):
         ticks = max(run.max_ticks, run.baselines.ticks if run.baselines is not None else 0)
-        curves = equity_matrix(run.trajectories, ticks)
+        curves, off = _masked(equity_matrix(run.trajectories, ticks))
         x = np.arange(ticks + 1)
         for c in curves:
             ax.plot(x, c, color=_color(i), alpha=0.18, linewidth=0.8)
-        ax.plot(x, _nanmean_rows(curves), color=_color(i), linewidth=2.4, label=f"{run.name} (mean of {len(curves)})")
+        ax.plot(x, _nanmean_rows(curves), color=_color(i), linewidth=2.4,
+                label=f"{run.name} (mean of {len(curves)}{_off(off)})")
         if run.baselines is None:
             continue
         if any(all(np.array_equal(d[k], run.baselines.curves[k]) for k in _BASELINE_STYLE) for d in drawn):
@@ -131,6 +192,16 @@ def _nanmean_rows(m: np.ndarray) -> np.ndarray:
     return np.divide(sums, counts, out=np.full(m.shape[1], np.nan), where=counts > 0)
 
 
+def _pairs(xs: Sequence[Any], ys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, int]:
+    """(x, y) of the points whose both coordinates a plot draws, and how many points are left off (NaN ones, an
+    unscored episode, are no points and not counted)."""
+    x = np.fromiter((_as_float(v) for v in xs), dtype=np.float64, count=len(xs))
+    y = np.fromiter((_as_float(v) for v in ys), dtype=np.float64, count=len(ys))
+    keep = _drawable(x) & _drawable(y)
+    off = int((~keep & ~np.isnan(x) & ~np.isnan(y)).sum())
+    return x[keep], y[keep], off
+
+
 def _smooth(y: np.ndarray, window: int) -> np.ndarray:
     if window <= 1:
         return y
@@ -157,11 +228,14 @@ def plot_components(runs: Sequence[RunReport], path: Path) -> Path:
         ls = styles[i % len(styles)]
         prefix = f"{run.name}: " if len(runs) > 1 else ""
         for k, name in enumerate(names):
-            y = _smooth(_nanmean_rows(_component_matrix(run, name)), window)
+            m, off = _masked(_component_matrix(run, name))
+            y = _smooth(_nanmean_rows(m), window)
             ax.plot(np.arange(len(y)), y, color=palette[k % len(palette)], linestyle=ls, linewidth=1.4,
-                    label=prefix + name)
-        y = _smooth(_nanmean_rows(_reward_matrix(run)), window)
-        ax.plot(np.arange(len(y)), y, color="black", linestyle=ls, linewidth=2.0, label=prefix + "reward (weighted)")
+                    label=_with_off(prefix + name, off))
+        m, off = _masked(_reward_matrix(run))
+        y = _smooth(_nanmean_rows(m), window)
+        ax.plot(np.arange(len(y)), y, color="black", linestyle=ls, linewidth=2.0,
+                label=_with_off(prefix + "reward (weighted)", off))
     ax.set_xlabel("tick (simulated hour)")
     ax.set_ylabel("raw component value (mean over episodes)")
     smooth = f", {window}-tick moving average" if window > 1 else ""
@@ -184,18 +258,16 @@ def plot_component_distributions(runs: Sequence[RunReport], path: Path) -> Path:
     fig, axes = _figure(ncols, nrows, (_SIZE[0], 2.6 * nrows + 0.6))
     for k, name in enumerate(names):
         ax = axes[k // ncols, k % ncols]
-        values = [_component_matrix(r, name).ravel() for r in runs]
-        values = [v[np.isfinite(v)] for v in values]
+        matrices = [_component_matrix(r, name).ravel() for r in runs]
+        drawn = [_on_scale(m[~np.isnan(m)]) for m in matrices]
+        values = [v for v, _ in drawn]
         finite = np.concatenate(values) if values else np.zeros(0)
-        lo, hi = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
-        if hi - lo < 1e-9:
-            lo, hi = lo - 0.5, hi + 0.5
-        bins = np.linspace(lo, hi, 31)
-        for i, (run, v) in enumerate(zip(runs, values, strict=True)):
+        bins = _bins(finite) if len(finite) else np.linspace(0.0, 1.0, _BINS + 1)
+        for i, (run, (v, off)) in enumerate(zip(runs, drawn, strict=True)):
             if len(v):
                 ax.hist(v, bins=bins, weights=np.full(len(v), 1.0 / len(v)), histtype="step", linewidth=1.6,
-                        color=_color(i), label=f"{run.name} ({len(v)} ticks)")
-        ax.set_title(name, fontsize=10)
+                        color=_color(i), label=f"{run.name} ({len(v)} ticks{_off(off)})")
+        ax.set_title(_with_off(name, sum(o for _, o in drawn)), fontsize=10)
         ax.set_ylabel("fraction of ticks", fontsize=8)
         ax.grid(alpha=0.3)
         if len(runs) > 1:
@@ -216,11 +288,10 @@ def plot_reward_vs_pnl(runs: Sequence[RunReport], path: Path) -> Path:
     ax = axes[0, 0]
     for i, run in enumerate(runs):
         eps = run.metrics.episodes_detail
-        x = np.array([m.pnl for m in eps])
-        y = np.array([m.total_reward for m in eps])
-        rho = rank_correlation(x, y)
+        x, y, off = _pairs([m.pnl for m in eps], [m.total_reward for m in eps])
+        rho = rank_correlation([m.pnl for m in eps], [m.total_reward for m in eps])
         rho_text = "n/a" if math.isnan(rho) else f"{rho:+.2f}"
-        ax.scatter(x, y, color=_color(i), s=36, alpha=0.8, label=f"{run.name} (Spearman ρ {rho_text})")
+        ax.scatter(x, y, color=_color(i), s=36, alpha=0.8, label=f"{run.name} (Spearman ρ {rho_text}{_off(off)})")
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.axvline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("final PnL (USD)")
@@ -238,13 +309,12 @@ def plot_judge_vs_pnl(runs: Sequence[RunReport], path: Path) -> Path:
     sources = set()
     for i, run in enumerate(runs):
         eps = run.metrics.episodes_detail
-        x = np.array([m.judge_score for m in eps])
         sources |= {m.judge_source for m in eps if m.judge_source != "none"}  # unscored episodes: no point
-        y = np.array([m.pnl for m in eps])
-        rho = rank_correlation(x, y)
+        x, y, off = _pairs([m.judge_score for m in eps], [m.pnl for m in eps])
+        rho = rank_correlation([m.judge_score for m in eps], [m.pnl for m in eps])
         rho_text = "n/a" if math.isnan(rho) else f"{rho:+.2f}"
         ax.scatter(x, y, color=_color(i), s=36, alpha=0.8, label=f"{run.name} (Spearman ρ {rho_text}; scored "
-                   f"{run.metrics.judge_scored} / {run.metrics.episodes})")
+                   f"{run.metrics.judge_scored} / {run.metrics.episodes}{_off(off)})")
     ax.axhline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("judge score (" + "; ".join(sorted(sources)) + ")")
     ax.set_ylabel("final PnL (USD)")
@@ -257,18 +327,18 @@ def plot_judge_vs_pnl(runs: Sequence[RunReport], path: Path) -> Path:
 def plot_latency(runs: Sequence[RunReport], path: Path) -> Path:
     """Histograms of call latency (ms, log-spaced bins when it spans decades) and completion tokens per call."""
     fig, axes = _figure(2, 1)
-    lat = [call_latencies(r.trajectories) for r in runs]
-    pos = np.concatenate([v[v > 0] for v in lat]) if lat else np.zeros(0)
+    lat = [_on_scale(call_latencies(r.trajectories), positive=True) for r in runs]
+    pos = np.concatenate([v for v, _ in lat]) if lat else np.zeros(0)
     ax = axes[0, 0]
     if len(pos):
         lo, hi = float(pos.min()), float(pos.max())
         log = hi / lo > 100
-        bins = np.geomspace(lo, hi * 1.0001, 31) if log else np.linspace(0.0, hi * 1.0001, 31)
-        for i, (run, v) in enumerate(zip(runs, lat, strict=True)):
-            v = v[v > 0]
+        bins = np.geomspace(lo, hi * 1.0001, _BINS + 1) if log else np.linspace(0.0, hi * 1.0001, _BINS + 1)
+        for i, (run, (v, off)) in enumerate(zip(runs, lat, strict=True)):
             if len(v):
                 ax.hist(v, bins=bins, histtype="step", linewidth=1.6, color=_color(i),
-                        label=f"{run.name} (p50 {np.percentile(v, 50):,.1f}, p95 {np.percentile(v, 95):,.1f} ms)")
+                        label=f"{run.name} (p50 {np.percentile(v, 50):,.1f}, p95 {np.percentile(v, 95):,.1f} ms"
+                              f"{_off(off)})")
         if log:
             ax.set_xscale("log")
         ax.legend(fontsize=8)
@@ -281,12 +351,12 @@ def plot_latency(runs: Sequence[RunReport], path: Path) -> Path:
     ax = axes[0, 1]
     any_tokens = False
     for i, run in enumerate(runs):
-        tokens = np.array([c.completion_tokens for t in run.trajectories for s in t.steps for c in s.llm_calls
-                           if c.completion_tokens is not None], dtype=float)
+        tokens, off = _on_scale([c.completion_tokens for t in run.trajectories for s in t.steps for c in s.llm_calls
+                                 if c.completion_tokens is not None])
         if len(tokens):
             any_tokens = True
-            ax.hist(tokens, bins=30, histtype="step", linewidth=1.6, color=_color(i),
-                    label=f"{run.name} (mean {tokens.mean():,.0f})")
+            ax.hist(tokens, bins=_bins(tokens), histtype="step", linewidth=1.6, color=_color(i),
+                    label=f"{run.name} (mean {tokens.mean():,.0f}{_off(off)})")
     if any_tokens:
         ax.legend(fontsize=8)
     else:
