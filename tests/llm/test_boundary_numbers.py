@@ -23,7 +23,7 @@ from fake_server import FakeOpenAIServer, Fault
 from rlaif_gym.llm import OpenAIChatClient, RecordingClient, SamplingParams
 from rlaif_gym.llm.recording import MAX_TOKEN_COUNT, MAX_TOKEN_ID
 
-pytest.importorskip("aiohttp")
+pytest.importorskip("h11")
 
 
 def _strict(raw: bytes | str) -> Any:

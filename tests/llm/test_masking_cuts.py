@@ -38,7 +38,7 @@ from rlaif_gym.llm_judge import JudgeConfig, LLMJudge
 from rlaif_gym.rollout import RolloutCollector, call_seed
 from rlaif_gym.trajectory import Trajectory
 
-pytest.importorskip("aiohttp")
+pytest.importorskip("h11")
 
 KEY = "sk-proj-Wq7Zp2Kx9~Vb4Nm6Rt3Yc>?"  # its two base64 alphabets differ
 USER, PASSWORD = "trainer", "pw-Hd8\"Lf5\\Jg1'Qs"  # a quote and a backslash: escaped where a body is shown

@@ -25,7 +25,7 @@ from rlaif_gym.llm.recording import CALL_TOKENS, TOKEN_LISTS, TRAJECTORY_TOKENS
 from rlaif_gym.rollout import RolloutCollector
 from rlaif_gym.storage import JsonlStore, to_grpo_groups
 
-pytest.importorskip("aiohttp")
+pytest.importorskip("h11")
 
 SENT = CALL_TOKENS + 232
 """Entries of each list the server sends per answer."""
