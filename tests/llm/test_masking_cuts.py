@@ -1,16 +1,16 @@
 """Secrets are masked before every cut the package makes on server text (issue 57, row L1).
 
 A server text that the package cuts (an error message, a malformed body shown in one, a reply, a header, a
-log line, a judge's verdict error, an episode's error line) must be masked first: cut first, a secret across
-the cut leaves its first characters, which masking no longer recognises.
+log line, a judge's verdict error, an episode's error line, an eval's first-call error) must be masked
+first: cut first, a secret across the cut leaves its first characters, which masking no longer recognises.
 
 A real loopback server puts each secret (the API key, plain and base64; the URL password, plain and base64,
 alone and as the Basic-auth pair) behind ``n`` filler characters in the part of the answer that each case
 reaches, and the calls go through the public API (`RecordingClient` over `OpenAIChatClient`, `LLMJudge`,
-`RolloutCollector`). For each case the test first finds the cuts: an answer of filler alone, and each place
-(the stored record, the error, a log line) that keeps fewer filler characters than were sent is a cut at that
-length. Then it places every secret across every cut, at every offset, and checks that no 4 characters in a
-row of the secret reach any of those places.
+`RolloutCollector`, an eval's `first_call`). For each case the test first finds the cuts: an answer of filler
+alone, and each place (the stored record, the error, a log line) that keeps fewer filler characters than were
+sent is a cut at that length. Then it places every secret across every cut, at every offset, and checks that
+no 4 characters in a row of the secret reach any of those places.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from urllib.parse import quote
 import pytest
 
 from rlaif_gym.agents import OpenAIChatAgent
-from rlaif_gym.errors import JudgeBudgetExceeded
+from rlaif_gym.errors import ConfigError, JudgeBudgetExceeded
+from rlaif_gym.evals.runner import first_call
 from rlaif_gym.llm import LLMError, OpenAIChatClient, RecordingClient, SamplingParams
 from rlaif_gym.llm.recording import REPLY_CHARS
 from rlaif_gym.llm_judge import JudgeConfig, LLMJudge
@@ -232,6 +233,27 @@ def _collected(server: _Server, asks: list[dict[str, Any]]) -> list[dict[str, st
     return out
 
 
+def _first_eval_calls(server: _Server, asks: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """One eval's first call per ask (a 400 whose message is the text): what the eval's one-line error says."""
+
+    async def one(seed: int, lines: _Lines) -> dict[str, str]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            agent = OpenAIChatAgent(model="m", base_url=server.url, api_key=KEY, timeout=10.0, max_retries=0)
+        del lines.lines[:]
+        with pytest.raises(ConfigError) as info:
+            await first_call(agent, agent.act("system", "go", seed=seed))
+        await agent.aclose()
+        return {"error": str(info.value), "log": "\n".join(lines.lines)}
+
+    async def main(lines: _Lines) -> list[dict[str, str]]:
+        return [await one(seed, lines) for seed in range(len(asks))]
+
+    server.asks = dict(enumerate(asks))
+    with _logged() as lines:
+        return asyncio.run(main(lines))
+
+
 def _cuts(outputs: dict[str, str], sent: int) -> set[int]:
     """The lengths at which the places cut a text of `sent` filler characters."""
     return {len(run) for text in outputs.values() for run in re.findall(rf"{re.escape(FILL)}+", text)
@@ -280,6 +302,10 @@ def test_no_part_of_a_secret_survives_any_cut_of_a_call(server, case):
 
 def test_no_part_of_a_secret_survives_the_cuts_of_a_judge_verdict_error(server):
     _check(lambda asks: _judged(server, asks), "judge", 2_000)
+
+
+def test_no_part_of_a_secret_survives_the_cut_of_an_evals_first_call_error(server):
+    _check(lambda asks: _first_eval_calls(server, asks), "status_400", 2_000)
 
 
 def test_no_part_of_a_secret_survives_the_cuts_of_a_failed_episode(server):
