@@ -32,9 +32,9 @@ its own, and is the only request that connection ever carries.
 
 The HTTP/1.1 framing is `h11`'s (a well-kept protocol state machine, the one httpx and uvicorn use); the
 connections are asyncio's streams (TLS through `ssl`'s default context; a proxy from the environment,
-with ``CONNECT`` for https). What it costs: a TCP connect per call (on loopback about 0.1 ms of CPU
-measured side by side with the kept-alive pool it replaces: docs/benchmarks.md), and a TLS handshake per
-call on https.
+with ``CONNECT`` for https). What it costs: a TCP connect per call (its CPU, measured side by side with
+the kept-alive pool it replaces, is in docs/benchmarks.md, "One request, one answer, by construction"),
+and a TLS handshake per call on https.
 
 Each refusal of an answer the server sent is a `TransportError`: typed, counted by the caller as a
 failed attempt and recorded in the call's record (`OpenAIChatClient.complete`). Requires `h11` (the
