@@ -180,6 +180,25 @@ def twice(writer: asyncio.StreamWriter, data: bytes, copy: bytes, delay: float, 
     return None
 
 
+def sometimes_twice(server_of: Callable[[], ThreadServer], answer_for: Callable[[dict], bytes],
+                    again: Callable[[], bool], rng: random.Random,
+                    copy_of: Callable[[bytes], bytes] = lambda data: data) -> Handler:
+    """A server's handler: each request's `answer_for(body)`, written again (as `copy_of` it) 0-3 ms later
+    whenever `again()` says so."""
+
+    async def handle(reader, writer):
+        def answer(body, last):
+            data = answer_for(body)
+            if again():
+                return twice(writer, data, copy_of(data), rng.uniform(0.0, 0.003), last)
+            writer.write(data)
+            return None
+
+        await server_of().serve(reader, writer, answer)
+
+    return handle
+
+
 # -- T1-T5: an answer belongs to its request, by construction ---------------------------------------------------
 
 
@@ -205,16 +224,7 @@ def test_t1_copies_of_any_answer_400_503_or_without_choices_never_reach_another_
             return http(json.dumps({"id": f"x-{prompt}", "object": "chat.completion"}).encode())
         return echo(body)
 
-    async def handle(reader, writer):
-        def answer(body, last):
-            data = answer_for(body)
-            if next(serial) % 5 == 0:
-                return twice(writer, data, data, rng.uniform(0.0, 0.003), last)
-            writer.write(data)
-            return None
-
-        await server.serve(reader, writer, answer)
-
+    handle = sometimes_twice(lambda: server, answer_for, lambda: next(serial) % 5 == 0, rng)
     calls = 1400
     with ThreadServer(handle) as server:
         out = run(lambda c: many(c, calls), client(server))
@@ -260,15 +270,9 @@ def test_t3_a_server_without_ids_may_repeat_itself_and_still_never_crosses_answe
     rng = random.Random(3)
     serial = itertools.count(1)
 
-    async def handle(reader, writer):
-        def answer(body, last):
-            data = http(completion(f"answer to {prompt_of(body)}", unique=False))
-            if next(serial) % 5 == 0:
-                return twice(writer, data, data, rng.uniform(0.0, 0.003), last)
-            writer.write(data)
-            return None
-
-        await server.serve(reader, writer, answer)
+    handle = sometimes_twice(lambda: server, lambda body: http(completion(f"answer to {prompt_of(body)}",
+                                                                          unique=False)),
+                             lambda: next(serial) % 5 == 0, rng)
 
     async def main(llm):
         group = [await llm.complete(ask(0), PARAMS) for _ in range(4)]
@@ -287,17 +291,9 @@ def test_t4_a_copy_that_differs_in_one_byte_is_never_taken_for_another_request()
     the request sent again (`ExtraAnswerError` in `attempt_errors`)."""
     rng = random.Random(4)
 
-    async def handle(reader, writer):
-        def answer(body, last):
-            content = f"answer to {prompt_of(body)}"
-            data = http(completion(content, created=1))
-            if rng.random() < 0.2:
-                copy = data.replace(b'"created": 1', b'"created": 2')
-                return twice(writer, data, copy, rng.uniform(0.0, 0.003), last)
-            writer.write(data)
-            return None
-
-        await server.serve(reader, writer, answer)
+    handle = sometimes_twice(lambda: server, lambda body: http(completion(f"answer to {prompt_of(body)}", created=1)),
+                             lambda: rng.random() < 0.2, rng,
+                             copy_of=lambda data: data.replace(b'"created": 1', b'"created": 2'))
 
     calls = 1000
     with ThreadServer(handle) as server:
