@@ -18,14 +18,16 @@ never reads an env's private fields and the import graph has no circle.
 
 Decoding checks everything before anything uses it: sizes (`MAX_SNAPSHOT_BYTES`, the decompressed size
 too), the header's JSON depth (and no NaN or Infinity, which JSON does not have), the config
-(`RLAIFEnvConfig`'s own validation), every array's dtype and shape against what `reset` makes for that
-config, the world (`sim.validate.check_state`: every field within what the rules and the config allow by
-its tick) and the bookkeeping the same way: the render history (prices in [0, 1], equity within the
-world's money), the behaviour tracker (its counts within the ticks played, its copies of the world's
-numbers equal to them), the feedback and the prompt (text any UTF-8 reader can hold)
-and the numeric observation (within the observation space). A snapshot that decodes restores into an
-env that steps to the end of its episode with finite rewards. Any failure raises `SnapshotFormatError`
-saying what was expected and what arrived.
+(`RLAIFEnvConfig`'s own validation: its floors keep the reward's worst case finite), every array's dtype and
+shape against what `reset` makes for that config, the world against that config (`sim.validate.check_state`:
+every field within what the rules and the config allow by its tick, and the laws across fields: every share
+backed by collateral, pools on the product the config's liquidity gives, the money summing to what the config
+gave the agent and the NPCs and within what it can reach by the tick) and the bookkeeping the same way: the
+render history (prices in [0, 1], equity within the world's money), the behaviour tracker (its counts within
+the ticks played, its copies of the world's numbers equal to them), the feedback and the prompt (text any
+UTF-8 reader can hold) and the numeric observation (within the observation space). A snapshot that decodes
+restores into an env that steps to the end of its episode with finite rewards, whatever config it carries.
+Any failure raises `SnapshotFormatError` saying what was expected and what arrived.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ __all__ = [
     "MAX_USD",
     "NARRATIVE_LEAD_MAX",
     "NARRATIVE_MOVE_MAX",
+    "OPENING_PRICE_RANGE",
     "REPUTATION_MAX",
     "SIGNAL_MAX",
     "TRUTH_RANGE",
@@ -51,6 +52,8 @@ __all__ = [
     "perp_move",
     "perp_price_range",
     "pool_min",
+    "pool_product_range",
+    "reset_money",
 ]
 
 MAX_USD = 1e120
@@ -63,6 +66,8 @@ FUNDING_CAP = FUNDING_CAP
 """The largest |funding rate| per interval (a fraction of notional)."""
 TRUTH_RANGE = (TRUTH[0], TRUTH[0] + TRUTH[1])
 """The range of a market's hidden true probability p*."""
+OPENING_PRICE_RANGE = (OPENING_PRICE[0], OPENING_PRICE[0] + OPENING_PRICE[1])
+"""The range of a market's opening YES price p0."""
 NARRATIVE_LEAD_MAX = NARRATIVE_LEAD[0] + NARRATIVE_LEAD[1] - 1
 """The most ticks between a narrative's start and its event."""
 NARRATIVE_MOVE_MAX = NARRATIVE_MOVE[0] + NARRATIVE_MOVE[1]
@@ -122,16 +127,33 @@ def perp_price_range(params: WorldParams, tick: np.ndarray) -> tuple[np.ndarray,
     return np.exp(base - width), np.exp(base + width)
 
 
-def pool_min(params: WorldParams, most: np.ndarray) -> np.ndarray:
-    """The smallest a market's pool can be when the other holds at most `most` shares, shares.
+def pool_product_range(params: WorldParams) -> tuple[float, float]:
+    """The range of a market's pool product yes x no (the CPMM's invariant k), shares squared, as (low, high).
 
-    Trades keep the pools' product k (the CPMM's invariant) at what a market opened with,
-    4 x market_liquidity^2 x p0 (1 - p0), and the opening price p0 lies in `OPENING_PRICE`.
+    A market opens with pools 2 x market_liquidity x (1 - p0) and 2 x market_liquidity x p0 (`house_shares_max`), so
+    k = 4 x market_liquidity^2 x p0 (1 - p0) with the opening price p0 in `OPENING_PRICE_RANGE`, and every trade keeps k
+    (`sim.pricing`: it moves only by rounding).
     """
-    low = OPENING_PRICE[0]
-    high = low + OPENING_PRICE[1]
-    p = min(low, 1.0 - high)  # p (1 - p) is smallest at the range's end nearest 0 or 1
-    return 4.0 * params.market_liquidity**2 * p * (1.0 - p) / most
+    low, high = OPENING_PRICE_RANGE
+    p = min(low, 1.0 - high)  # p (1 - p) is smallest at the range's end nearest 0 or 1,
+    q = min(max(0.5, low), high)  # and largest at its point nearest 1/2
+    scale = 4.0 * params.market_liquidity**2
+    return scale * p * (1.0 - p), scale * q * (1.0 - q)
+
+
+def pool_min(params: WorldParams, most: np.ndarray) -> np.ndarray:
+    """The smallest a market's pool can be when the other holds at most `most` shares, shares: the smallest
+    pool product (`pool_product_range`) over `most`."""
+    return pool_product_range(params)[0] / most
+
+
+def reset_money(params: WorldParams) -> float:
+    """The USD a world of `params` starts with in the accounts the money identity sums, USD: the agent's and the
+    NPCs' starting cash (the house's seeds are its own payments: `house_cash` goes below 0 by them).
+
+    The rules move money between the accounts and never make or destroy it, so at every tick
+    cash + margins + NPC cash + collateral + fees collected + house cash = `reset_money` (`sim.validate`)."""
+    return params.starting_cash + params.num_npcs * params.npc_starting_cash
 
 
 def house_shares_max(params: WorldParams) -> float:

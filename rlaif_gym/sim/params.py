@@ -103,6 +103,15 @@ GROUP_NAMES: tuple[tuple[str, float], ...] = (
 
 MAX_USD = 1e12
 """Largest amount of money a parameter may set (USD): far above any use, far below float overflow."""
+MIN_USD = 1e-6
+"""Smallest `starting_cash` and `market_liquidity` (USD, shares): a millionth of a dollar, far below any use.
+
+The reward divides PnL by starting_cash, and an account can come to hold all the world's money (`sim.bounds.money`,
+at most 1e120 USD): with the largest scales and weights a tick's reward is then at most about 1e135 / starting_cash
+and an episode's return (1e6 ticks at most) about 1e141 / starting_cash, 1e147 at this floor: far inside the 1e300 a
+snapshot carries (at 1e-300 a restored world paid -4.5e301 a tick, then an infinite reward). A market's pools multiply
+to 0.84 to 1 x market_liquidity^2 (`sim.bounds.pool_product_range`), 8.4e-13 at this floor; below about 1e-162 the
+product is 0 in floats, and pools of 0 shares price a share at 0 / 0."""
 MAX_TICKS = 1_000_000
 """Largest number of ticks a parameter may set (num_ticks, market durations, funding interval): about 114 simulated
 years, far above any use, far below int64 overflow in the tick arithmetic."""
@@ -130,12 +139,13 @@ class WorldParams:
 
     num_ticks: int = _param(168, "Episode length in ticks; the env truncates here. At least 2: Gymnasium's "
                             "check_env refuses an env that truncates after one step.", ge=2, le=MAX_TICKS)
-    starting_cash: float = _param(10_000.0, "Agent cash at reset, USD.", gt=0, le=MAX_USD)
+    starting_cash: float = _param(10_000.0, "Agent cash at reset, USD (the reward's unit: PnL / starting_cash).",
+                                  ge=MIN_USD, le=MAX_USD)
     num_markets: int = _param(4, "Prediction markets open at once.", ge=1, le=16)
     num_perps: int = _param(3, "Perpetual-futures tickers.", ge=1, le=len(PERP_TICKERS))
     num_npcs: int = _param(8, "NPC traders and posters.", ge=1, le=64)
     num_groups: int = _param(3, "Group chats the agent may join.", ge=1, le=len(GROUP_NAMES))
-    market_liquidity: float = _param(5_000.0, "CPMM pool depth per side at 50%, shares.", gt=0, le=MAX_USD)
+    market_liquidity: float = _param(5_000.0, "CPMM pool depth per side at 50%, shares.", ge=MIN_USD, le=MAX_USD)
     fee_rate: float = _param(0.001, "Fee on trades and perp notional (fraction).", ge=0, lt=0.1)
     min_fee: float = _param(0.01, "Minimum fee per agent trade, USD.", ge=0, le=MAX_USD)
     min_order: float = _param(1.0, "Smallest agent order, USD or shares.", gt=0, le=MAX_USD)

@@ -6,9 +6,15 @@ index without bounds checks), finite floats, and the range the rules allow by th
 the bounds declared with the field; one per field; a test puts an absurd value in each): indices within the
 world's sizes, counters within what the ticks elapsed allow, prices and probabilities within theirs, and money
 and shares within what the config's cash and liquidity can grow to (`sim.bounds`), every share backed by its
-market's collateral. A state that passes steps to the end of its episode with finite numbers (for any config
-whose worst case stays in float range, see `sim.bounds`); one the world could not reach is refused, naming the
-field, the bound and the value.
+market's collateral. Then the laws the rules keep across fields (`_laws`), each field within its own range or
+not: every share is half of a complete set (a market's YES shares, the pool's, the agent's, the NPCs' and the
+house's, sum to its collateral, and so do its NO shares); a market's pools multiply to the product it opened
+with (`sim.bounds.pool_product_range`, from the config's `market_liquidity`); the world's money sums to what the
+config gave the agent and the NPCs (`sim.bounds.reset_money`: the rules move money, never make it); and the
+money outside the house, open perp gains included, is within what it can reach by the tick (`sim.bounds.money`).
+A state that passes steps to the end of its episode with finite numbers (for any config whose worst case stays
+in float range, see `sim.bounds`; the config's own bounds, `sim.params`, keep the reward's worst case finite); one
+the world could not reach is refused, naming the field, the bound and the value.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import bounds
+from .accounting import unrealized_pnl
 from .params import NEWS_SOURCES, WorldParams
 from .rules import reset
 from .state import WorldState, field_specs
@@ -28,6 +35,9 @@ __all__ = ["check_state"]
 
 _SLACK = 1e-9
 """Relative room a float bound leaves for rounding (a bound is a worst case; real values stay far inside)."""
+_K_DRIFT = 1e-6
+"""Relative room around the pools' product: each trade recomputes it from the pools, so it drifts by rounding
+over a market's life (real episodes stay within 1e-12 of it)."""
 
 
 @dataclass(frozen=True)
@@ -264,3 +274,43 @@ def check_state(state: WorldState, params: WorldParams, batch_size: int = 1) -> 
         _within(name, getattr(state, name), backed)
     for name in ("npc_yes", "npc_no"):
         _within(f"{name} (summed over NPCs)", getattr(state, name).sum(axis=1), backed)
+    _laws(world)
+
+
+def _equal(what: str, terms: list[np.ndarray], want, why: str) -> None:
+    """Refuse a state whose `terms` do not sum to `want` (each (B,) or (B, M)), within rounding of their sizes."""
+    total = sum(terms)
+    size = sum(np.abs(t) for t in terms) + np.abs(want)
+    bad = np.abs(total - want) > _SLACK * size
+    if bad.any():
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        at = f" at {list(i[1:])}" if len(i) > 1 else ""
+        raise ValueError(f"world fields {what}{at} must sum to {_shown(float(np.broadcast_to(want, bad.shape)[i]))} "
+                         f"({why}), got {_shown(float(total[i]))}")
+
+
+def _laws(w: _World) -> None:
+    """What the rules keep across fields, each field within its own range or not: a state breaking one is no state
+    the world reaches, and its episode may not play on (pools whose product is 0 price a share at 0 / 0; shares
+    and money beyond what backs them grow past every bound)."""
+    s, p = w.state, w.params
+    for side in ("yes", "no"):
+        _equal(f"pm_{side} + hold_{side} + npc_{side} (summed over NPCs) + pm_house_{side}",
+               [getattr(s, f"pm_{side}"), getattr(s, f"hold_{side}"), getattr(s, f"npc_{side}").sum(axis=1),
+                getattr(s, f"pm_house_{side}")], s.pm_collateral,
+               f"pm_collateral: every {side.upper()} share is half of a complete set, 1 USD of the market's collateral")
+    low, high = bounds.pool_product_range(p)
+    _within("pm_yes x pm_no", s.pm_yes * s.pm_no,
+            _Range(low * (1 - _K_DRIFT), high * (1 + _K_DRIFT),
+                   f"the CPMM's invariant k: 4 x market_liquidity^2 x p0 (1 - p0) for an opening price p0 in "
+                   f"{bounds.OPENING_PRICE_RANGE}, with market_liquidity = {p.market_liquidity:g}; trades keep it"))
+    _equal("cash + pos_margin + npc_cash + pm_collateral + fees_collected + house_cash",
+           [s.cash, s.pos_margin.sum(axis=1), s.npc_cash.sum(axis=1), s.pm_collateral.sum(axis=1), s.fees_collected,
+            s.house_cash], bounds.reset_money(p),
+           f"what the world started with: starting_cash + num_npcs x npc_starting_cash = {p.starting_cash:g} + "
+           f"{p.num_npcs} x {p.npc_starting_cash:g}; the rules move money between these accounts, never make or "
+           "destroy it")
+    outside = (s.cash + (s.pos_margin + np.maximum(unrealized_pnl(s), 0.0)).sum(axis=1) + s.npc_cash.sum(axis=1)
+               + s.pm_collateral.sum(axis=1) + s.fees_collected)
+    _within("cash + pos_margin + open perp gains + npc_cash + pm_collateral + fees_collected", outside,
+            _Range(0, w.usd, "the money outside the house, within what it can reach by the tick: sim.bounds.money"))

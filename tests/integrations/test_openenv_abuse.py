@@ -12,6 +12,7 @@ import base64
 import json
 import logging
 import math
+import re
 import socket
 import struct
 import time
@@ -373,13 +374,14 @@ def test_a_client_that_leaves_mid_search_stops_it(server_log, ticks_played):
             state = httpx.get(f"{url}/state", params={"session_id": session}, timeout=PATIENT_S)
             assert state.status_code == 200 and (state.json()["seed"], state.json()["tick"]) == (7, 1), state.text
         _wait_until(lambda: httpx.get(f"{url}/sessions").json()["active_sessions"] == 1, "the new session closed")
-def _forged(token: str, meta: dict | None = None, world: dict | None = None) -> str:
-    """`token` with session fields or world fields changed, signed with the server's key: what a client holding
-    the key (or a server of the same key with a bug) can hand the server."""
+def _forged(token: str, meta: dict | None = None, world: dict | None = None, config: dict | None = None) -> str:
+    """`token` with session fields, world fields or config fields changed, signed with the server's key: what a
+    client holding the key (or a server of the same key with a bug) can hand the server."""
     prefix, version, body, _ = token.split(":")
     raw = zlib.decompress(base64.urlsafe_b64decode(body))
     n = int.from_bytes(raw[10:14], "little")
     header, arrays = json.loads(raw[14 : 14 + n]), bytearray(raw[14 + n :])
+    header["config"].update(config or {})
     for key, value in (meta or {}).items():
         if value is None:
             del header["meta"][key]
@@ -442,6 +444,35 @@ def test_a_signed_token_with_bad_session_fields_or_world_is_a_typed_error(url, m
         assert json.loads(ws.recv(timeout=30))["data"]["error_type"] == "SnapshotTokenError"
         ws.send(json.dumps({"type": "state"}))
         assert json.loads(ws.recv(timeout=30))["type"] == "state"
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({"starting_cash": 1e-300, "funding_interval": 1, "num_ticks": 10**6},
+     r"its config is invalid: .*starting_cash: Input should be greater than or equal to 0.000001 \(got 1e-300\)"),
+    ({"starting_cash": 1e-3}, r"world fields cash \+ pos_margin \+ npc_cash \+ pm_collateral \+ fees_collected \+ "
+                              r"house_cash must sum to 40000 \(what the world started with: starting_cash \+ num_npcs "
+                              r"x npc_starting_cash = 0.001 \+ 8 x 5000"),
+])
+def test_a_signed_token_restored_under_another_config_is_a_typed_error(url, config, message):
+    """Issue 57 row S3: a token signed with the server's key whose config was changed and its world not (a
+    starting_cash of 1e-300 in a 10,000 USD world) was restored (200), then paid rewards of -4.5e301 a tick, and a
+    10^6-tick session answered a 500 at step 13. Now /restore answers a typed 422 naming the config's floor, or the
+    law the world breaks under that config; the session it was sent to keeps its episode."""
+    with httpx.Client(base_url=url, timeout=60) as http:
+        sid = http.post("/reset", json={"seed": 3, "episode_id": "mine"}).json()["session_id"]
+        http.post("/step", json={"session_id": sid, "action": {"reply": WAIT}})
+        token = http.post("/snapshot", json={"session_id": sid}).json()["snapshot"]
+        forged = _forged(token, config=config)
+        for body in ({"snapshot": forged}, {"snapshot": forged, "session_id": sid}):
+            answer = http.post("/restore", json=body)
+            assert answer.status_code == 422, answer.text[:300]
+            detail = answer.json()["detail"]
+            assert (detail["code"], detail["error_type"]) == ("VALIDATION_ERROR", "SnapshotTokenError"), detail
+            assert re.search(message, detail["message"]), detail["message"]
+        state = http.get("/state", params={"session_id": sid}).json()
+        assert (state["episode_id"], state["tick"]) == ("mine", 1)
+        stepped = http.post("/step", json={"session_id": sid, "action": {"reply": WAIT}})
+        assert stepped.status_code == 200 and abs(stepped.json()["reward"]) < 1.0
 
 
 def test_an_honest_token_restores_after_the_forged_ones(url):

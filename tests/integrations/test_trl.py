@@ -196,6 +196,34 @@ def test_a_row_whose_world_no_episode_reaches_is_refused_at_reset(field, value):
     assert RLAIFTRLEnv().reset(**row) == trunk.prompt  # the honest row still works
 
 
+def test_a_row_restored_under_another_config_is_refused_at_reset():
+    """Issue 57 row S3: an unsigned row whose config (its column and its snapshot's) was changed and its world not
+    (starting_cash 1e-300 in a 10,000 USD world) was restored, and its rewards were divided by 1e-300: 7e300 a tick,
+    then an infinite one. Now the row is refused before any tick, naming the column and the config's floor, or
+    the money identity the world breaks under a config within its bounds (the same check as every reader of
+    snapshots)."""
+    trunk = RLAIFTextEnv(CONFIG)
+    trunk.reset(seed=3)
+    trunk.step(BUY)
+    snap = trunk.get_state()
+    row = build_dataset(snapshots=[snap], ticks=2, contract="environment_factory")[0]
+    floor = r"starting_cash: Input should be greater than or equal to 0.000001 \(got 1e-300\)"
+    for change, error, refused in (
+            ({"starting_cash": 1e-300, "funding_interval": 1}, ConfigError, f"column 'config': .*{floor}"),
+            ({"starting_cash": 1e-3}, SnapshotFormatError, r"column 'snapshot': not a restorable snapshot: world "
+             r"fields cash \+ pos_margin .* must sum to .* \(what the world started with: starting_cash \+ num_npcs "
+             r"x npc_starting_cash = 0.001")):
+        config = snap.config.model_copy(update=change)  # as a row's bytes can carry it: unchecked until read
+        bad = encode_snapshot(EnvSnapshot(snap.env_class, config, snap.world, snap.np_random, snap.np_random_seed,
+                                          snap.fields))
+        forged = {**row, "config": json.dumps({**json.loads(row["config"]), **change}), "snapshot": bad}
+        with pytest.raises(error, match=refused):
+            RLAIFTRLEnv().reset(**forged)
+        with pytest.raises(SnapshotFormatError, match=r"not a restorable snapshot: .*(starting_cash|must sum)"):
+            EnvSnapshot.from_bytes(bad)  # the snapshot alone, as `rlaif-gym serve` and every reader read it
+    assert RLAIFTRLEnv().reset(**row) == trunk.prompt  # the honest row still works
+
+
 @pytest.mark.parametrize("reply", [None, 123, {"reply": BUY}, ["wait"]])
 def test_act_refuses_a_reply_that_is_not_text_without_playing_a_tick(reply):
     """Issue 25 row 10: act(None), act(123), act({...}) were played as str(reply). TRL passes the error's text
