@@ -25,6 +25,7 @@ import math
 import struct
 import zlib
 from dataclasses import fields
+from typing import Any
 
 import numpy as np
 import pytest
@@ -137,15 +138,24 @@ def _bases() -> list[bytes]:
     return out
 
 
-def _restores_and_steps(data: bytes, seed: int) -> bool:
-    """False: refused with `SnapshotFormatError`. True: it restored, stepped to the end of its episode with finite
-    rewards, and its last state decodes again. Anything else fails the test."""
+def _restored(data: bytes) -> tuple[Any, EnvSnapshot] | None:
+    """(an env restored from `data`, its snapshot), or None when `from_bytes` refuses it (`SnapshotFormatError`)."""
     try:
         snap = EnvSnapshot.from_bytes(data)
     except SnapshotFormatError:
-        return False
+        return None
     env = snap.env_class(snap.config, render_mode="rgb_array")
     env.set_state(snap)
+    return env, snap
+
+
+def _restores_and_steps(data: bytes, seed: int) -> bool:
+    """False: refused with `SnapshotFormatError`. True: it restored, stepped to the end of its episode with finite
+    rewards, and its last state decodes again. Anything else fails the test."""
+    restored = _restored(data)
+    if restored is None:
+        return False
+    env, snap = restored
     if not snap.fields["_done"]:
         _play_to_the_end(env, env.prompt if isinstance(env, RLAIFTextEnv) else None, np.random.default_rng(seed))
     env.render()
@@ -654,12 +664,10 @@ def _restores_and_plays(data: bytes, seed: int, ticks: int = 40) -> bool:
     """False: refused with `SnapshotFormatError`. True: it restored and played up to `ticks` extreme trades to the
     end of its episode, each reward finite and the return within what a snapshot carries (1e300), and its state
     after the first tick and at the end decodes again. Anything else fails the test."""
-    try:
-        snap = EnvSnapshot.from_bytes(data)
-    except SnapshotFormatError:
+    restored = _restored(data)
+    if restored is None:
         return False
-    env = snap.env_class(snap.config, render_mode="rgb_array")
-    env.set_state(snap)
+    env, snap = restored
     rng, total, done, played = np.random.default_rng(seed), 0.0, snap.fields["_done"], 0
     while not done and played < ticks:
         _, reward, terminated, truncated, info = env.step(_extreme(env, rng))
