@@ -53,6 +53,7 @@ from .transport import (
     TransportError,
     check_max_response_bytes,
     environment_proxy,
+    within,
 )
 from .types import AttemptError, Completion, LLMError, SamplingParams
 
@@ -258,7 +259,7 @@ class OpenAIChatClient:
                 raise _HTTPStatusError(status, _status_message(status, raw))
             return self._completion(_loads(raw, orjson), attempt)
 
-        return await _within(self.timeout, transport.post(data, accept))
+        return await within(self.timeout, transport.post(data, accept))
 
     async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
         """One completion, retried on transient failures; raises `LLMError` when it gives up.
@@ -352,11 +353,3 @@ class OpenAIChatClient:
             completion_token_ids=token_ids, completion_logprobs=logprobs, reasoning=reasoning,
             attempts=attempts,
         )
-
-
-async def _within(seconds: float, call: Any) -> Any:
-    """`await call`, cancelled after `seconds` with TimeoutError (`asyncio.timeout` where Python has it)."""
-    if hasattr(asyncio, "timeout"):
-        async with asyncio.timeout(seconds):
-            return await call
-    return await asyncio.wait_for(call, seconds)

@@ -53,7 +53,8 @@ from urllib.parse import unquote, urlsplit
 
 __all__ = ["CLOSE_WAIT_S", "MAX_EXTRA_COPIES", "MAX_HEAD_BYTES", "MAX_RESPONSE_BYTES", "ExtraAnswerError",
            "HTTPTransport", "MalformedAnswerError", "ResponseTooLargeError", "TransportError",
-           "UnclosedConnectionError", "UnrequestedEncodingError", "check_max_response_bytes", "environment_proxy"]
+           "UnclosedConnectionError", "UnrequestedEncodingError", "check_max_response_bytes", "environment_proxy",
+           "within"]
 
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 """The default bound on an answer's body, in bytes (8 MiB). A chat completion of 512 tokens is a few kB;
@@ -336,7 +337,7 @@ class _Answer:
         budget = MAX_EXTRA_COPIES * len(whole)
         while not closed:
             try:
-                data = await _within(wait, reader.read(_READ_BYTES))
+                data = await within(wait, reader.read(_READ_BYTES))
             except (asyncio.TimeoutError, TimeoutError):
                 raise UnclosedConnectionError(
                     f"the server kept the connection open {wait:g} s after its answer, though the request asked it "
@@ -354,7 +355,7 @@ class _Answer:
                                    "on a new connection")
 
 
-async def _within(seconds: float, call: Any) -> Any:
+async def within(seconds: float, call: Any) -> Any:
     """`await call`, cancelled after `seconds` (`asyncio.timeout` where Python has it: no task per call)."""
     if hasattr(asyncio, "timeout"):
         async with asyncio.timeout(seconds):
