@@ -114,6 +114,11 @@ class Args:
     """A decision point has a market that resolves within this many ticks, named by the prompt's feed."""
     fraction: float = 0.05
     """The share of cash every taught bet stakes (the format-only teacher's and the enumerated replies')."""
+    fixed_stake: bool = True
+    """The stake is the task's, not the reply's: the env's `fixed_stake` rule at --fraction (every bet stakes that
+    share of cash; the system prompt says so, the reply names the market and the side, and an amount a reply writes
+    is replaced), for every stage and every column. So no reply, sampled or greedy, can lower a wrong bet's loss by
+    betting less. --no-fixed-stake: the reply writes the amount (the runs before issue 58)."""
     max_reply_tokens: int = 40
     """Token budget of one reply (a JSON-only bet is about 30 tokens)."""
     sft_steps: int = 32
@@ -166,6 +171,14 @@ class Args:
     """--rl grpo: group size."""
     temperature: float = 1.0
     """--rl grpo: sampling temperature of the groups."""
+    grpo_mirror_pairs: bool = True
+    """--rl grpo: every step holds each of its points beside its YES/NO mirror (`build_dataset(mirrors=True)`: the
+    mirrored prompt, the reply's sides swapped back before the env plays it), the points in a seeded shuffled order
+    of pairs; --prompts-per-step counts both (so it must be even)."""
+    constrain: bool = True
+    """--rl grpo: the groups are sampled under the tick's reply grammar (`encoding.grammar.tick_gbnf`, JSON only),
+    so every sample is a valid action; each token's reported log-probability is under the distribution
+    renormalised over the tokens the grammar allows (what it was drawn from)."""
     lora_r: int = 16
     """LoRA rank."""
     lora_layers: int = 15
@@ -237,13 +250,17 @@ def parse_args() -> Args:
     if not 0 < args.epochs < math.inf:
         raise SystemExit(f"--epochs counts passes over the training points, a finite number above 0 (1.5: a pass and "
                          f"a half), got {args.epochs}")
+    if args.grpo_mirror_pairs and args.prompts_per_step % 2:
+        raise SystemExit(f"--grpo-mirror-pairs (the default) puts each point beside its mirror in one step: it needs "
+                         f"an even --prompts-per-step (got {args.prompts_per_step}); or pass --no-grpo-mirror-pairs")
     if args.points_per_step < 1:
         raise SystemExit(f"--points-per-step counts decision points per optimizer step, 1 or more (2 or more, even, "
                          f"with --mirror-pairs), got {args.points_per_step}")
     if args.smoke:
         args = dataclasses.replace(args, rl="both", train_seeds=6, eval_points=2, sft_steps=2, sft_batch_size=2,
                                    epochs=1, points_per_step=2 if args.mirror_pairs else 3,
-                                   mirror_share=0.0 if args.mirror_pairs else 0.5, grpo_steps=2, prompts_per_step=1,
+                                   mirror_share=0.0 if args.mirror_pairs else 0.5, grpo_steps=2,
+                                   prompts_per_step=2 if args.grpo_mirror_pairs else 1,
                                    num_generations=2, min_bet_share=0.0, min_format_valid=0.0, eval_batch=2,
                                    eval_base=True)
     return args
@@ -285,7 +302,7 @@ def both_sides(teacher: FormatOnlyLLM, point: DecisionPoint) -> list[str]:
     bet = teacher.bet(point.prompt)
     if bet is None:
         return [format_teacher_reply(teacher, point, 0)] * 2
-    return [bet_reply(bet[0], side, bet[1]) for side in ("YES", "NO")]
+    return [bet_reply(bet[0], side, bet[1] if teacher.writes_amount else None) for side in ("YES", "NO")]
 
 
 @dataclass
@@ -313,7 +330,8 @@ def side_choices(points: list[DecisionPoint], tokenizer, teacher: FormatOnlyLLM,
     the same texts."""
     out = []
     bets = [(i, teacher.bet(p.prompt)) for i, p in enumerate(points)]
-    replies = [(i, bet_reply(b[0], side, b[1])) for i, b in bets if b is not None for side in ("YES", "NO")]
+    replies = [(i, bet_reply(b[0], side, b[1] if teacher.writes_amount else None)) for i, b in bets if b is not None
+               for side in ("YES", "NO")]
     scored = score_decision_replies(points, replies)
 
     def choice(k: int, mirrored: bool) -> SideChoice:
@@ -419,8 +437,13 @@ def train_exact(model, choices: list[tuple[SideChoice, ...]], args: Args, log) -
 
 
 def train_grpo(model, tokenizer, points: list[DecisionPoint], args: Args, out: Path):
-    """The sampled variant: TRL's GRPO on single decisions (the reply, then waits to the resolution horizon)."""
-    train = build_dataset(points=points, decisions=1)
+    """The sampled variant: TRL's GRPO on single decisions (the reply, then waits to the resolution horizon), with
+    TRL's loss; with --grpo-mirror-pairs each step holds its points beside their mirrors, in a seeded order of
+    pairs (TRL's own shuffle would split them)."""
+    if args.grpo_mirror_pairs:
+        order = torch.randperm(len(points), generator=torch.Generator().manual_seed(args.seed)).tolist()
+        points = [points[k] for k in order]
+    train = build_dataset(points=points, decisions=1, mirrors=args.grpo_mirror_pairs)
     grpo = GRPOConfig(
         output_dir=str(out), max_steps=args.grpo_steps, per_device_train_batch_size=args.prompts_per_step
         * args.num_generations, gradient_accumulation_steps=1, num_generations=args.num_generations,
@@ -428,6 +451,7 @@ def train_grpo(model, tokenizer, points: list[DecisionPoint], args: Args, out: P
         scale_rewards="none", max_completion_length=args.max_reply_tokens, logging_steps=1, report_to=[],
         save_strategy="no", use_cpu=args.device == "cpu", seed=args.seed, bf16=args.precision == "bf16", fp16=False,
         dataloader_num_workers=0, disable_tqdm=True, gradient_checkpointing=False,
+        shuffle_dataset=not args.grpo_mirror_pairs,
     )
     trainer = SharedPromptGRPOTrainer(
         model=model, reward_funcs=[env_return], args=grpo, train_dataset=train, processing_class=tokenizer,
@@ -527,7 +551,9 @@ def main() -> int:
 
     # -- decision points in the compact prompt style: training seeds, and two disjoint held-out sets
     t0 = time.perf_counter()
-    config = RLAIFEnvConfig.from_any({**DECISION_WORLD, "prompt_style": "compact", **json.loads(args.config or "{}")})
+    config = RLAIFEnvConfig.from_any({**DECISION_WORLD, "prompt_style": "compact",
+                                      **({"fixed_stake": args.fraction} if args.fixed_stake else {}),
+                                      **json.loads(args.config or "{}")})
     find = functools.partial(decision_points, config=config, resolves_within=args.resolves_within,
                              horizon=args.resolves_within)
     train_points = training_points(find, args)
@@ -540,7 +566,7 @@ def main() -> int:
 
     # -- the teachers and the ceiling, on the held-out points
     t0 = time.perf_counter()
-    teacher = FormatOnlyLLM(fraction=args.fraction)
+    teacher = FormatOnlyLLM(fraction=args.fraction, writes_amount=config.fixed_stake is None)
     columns: dict[int, dict[str, list[DecisionReply]]] = {start: {} for start in held_out}
     for start, points in held_out.items():
         columns[start]["format-only teacher"] = score_decision_replies(

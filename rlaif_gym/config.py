@@ -124,6 +124,15 @@ class RLAIFEnvConfig(_WorldConfig):
         "shows, only those about open markets and perps; under a system prompt of at most 80 tokens (docs/world.md).",
     )
 
+    fixed_stake: float | None = Field(
+        None, gt=0, le=1,
+        description="A task rule for training and evaluating the side of a bet (text face). None (default): a reply "
+        "sets each bet's amount. A fraction of cash in (0, 1]: every buy_prediction stakes that share of the agent's "
+        "cash at the tick (USD, rounded to cents); the reply names the market and the side, and an amount it writes "
+        "is replaced, so no reply can lower a wrong bet's loss by betting less. The system prompt states it and the "
+        "per-tick grammar leaves the amount out (docs/trl.md).",
+    )
+
     # --- numeric face
     numeric_perp_leverage: float = Field(2.0, ge=1, le=100, description="Leverage of numeric open_perp actions.")
 

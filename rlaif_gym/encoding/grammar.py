@@ -50,6 +50,7 @@ from .view import npc_name
 
 __all__ = [
     "CONSTRAIN_MODES",
+    "THINK_MODES",
     "GrammarLimits",
     "TickIds",
     "action_variants",
@@ -156,13 +157,22 @@ def _value_rule(field: str) -> str:
     return "text" if field in _TEXT_FIELDS else "id"
 
 
-def _gbnf_head(title: str, origin: str, lim: GrammarLimits, kinds) -> list[str]:
+THINK_MODES: tuple[str, ...] = ("required", "optional", "never")
+"""Where a grammar puts the `<think>` block: before every action (the full prompt style's canonical reply), before
+an action or not (the compact style's system prompt makes it optional), or never (a JSON-only reply)."""
+
+
+def _gbnf_head(title: str, origin: str, lim: GrammarLimits, kinds, think: str = "required") -> list[str]:
     """The grammar's comment lines, root, think and action rules (one action rule per kind in `kinds`)."""
+    if think not in THINK_MODES:
+        raise ConfigError(f"think must be one of {', '.join(map(repr, THINK_MODES))}, got {think!r}")
+    block = f'"<think>" think {_gbnf_literal(_THINK_CLOSE)}'
+    root = {"required": f"{block} action", "optional": f"( {block} )? action", "never": "action"}[think]
     return [
         f"# {title}",
         f"# {origin}; do not edit by hand.",
-        f'root ::= "<think>" think {_gbnf_literal(_THINK_CLOSE)} action',
-        f"think ::= [^<]{{1,{lim.think_chars}}}",
+        f"root ::= {root}",
+        *([f"think ::= [^<]{{1,{lim.think_chars}}}"] if think != "never" else []),
         "action ::= " + " | ".join(_rule(k) for k in kinds),
     ]
 
@@ -278,6 +288,7 @@ _POSITION = re.compile(r"Your position (pos-\d+): (LONG|SHORT) ")
 _UNJOINED_GROUP = re.compile(r"^- (.+?): not joined \(", re.MULTILINE)
 _POST_AUTHOR = re.compile(r"^- \[t\d+\] @(.+?) \(", re.MULTILINE)
 _LEVERAGE_CAP = re.compile(r"leverage 1-(\d+(?:\.\d+)?)x")
+_STAKE_RULE = re.compile(r"^Every bet stakes \d+(?:\.\d+)?% of cash; write no amount\.$", re.MULTILINE)  # stake_rule
 _NPC_IDS = {npc_name(k): k for k in range(64)}  # display name -> index (WorldParams caps num_npcs at 64)
 # A post's first character: printable ASCII that is not blank (content that strips to "" is refused
 # as empty) and not one of the characters free text excludes anyway.
@@ -298,6 +309,8 @@ class TickIds:
         recipients: NPCs the prompt names, as their ids ("agent-3"); the constraint also offers their
             display names ("Vitalik Butterin"), which `send_dm` resolves as well.
         max_leverage: the leverage cap the system prompt states (None: not stated, any leverage >= 1).
+        fixed_stake: the system prompt states the `fixed_stake` rule (`encoding.prompt.stake_rule`): a bet names
+            its market and side only, so the constraint writes no amount.
     """
 
     markets: tuple[str, ...] = ()
@@ -307,6 +320,7 @@ class TickIds:
     groups: tuple[str, ...] = ()
     recipients: tuple[str, ...] = ()
     max_leverage: float | None = None
+    fixed_stake: bool = False
 
     @classmethod
     def from_prompt(cls, prompt: str, system_prompt: str | None = None) -> TickIds | None:
@@ -343,7 +357,7 @@ class TickIds:
                             key=lambda r: int(r.split("-")[1]))
         cap = _LEVERAGE_CAP.search(system_prompt or "")
         return cls(tuple(markets), tuple(held), tuple(tickers), tuple(positions), tuple(groups), tuple(recipients),
-                   float(cap.group(1)) if cap else None)
+                   float(cap.group(1)) if cap else None, bool(_STAKE_RULE.search(system_prompt or "")))
 
     def rows(self) -> dict[str, list[dict[str, tuple[str, ...]]]]:
         """Per action type, the allowed values of its id and choice fields: a list of rows, each row a
@@ -386,6 +400,8 @@ def _tick_alternatives(ids: TickIds) -> dict[str, list[dict[str, tuple[str, ...]
     for kind, variants in action_variants().items():
         seen, alts = set(), []
         for fields in variants:
+            if ids.fixed_stake and kind == "buy_prediction":
+                fields = tuple(f for f in fields if f != "amount")  # the task sets it (`fixed_stake`)
             for row in rows[kind]:
                 alt = {}
                 for f in fields:
@@ -423,17 +439,19 @@ def _tick_value_gbnf(field: str, values: tuple[str, ...], ids: TickIds) -> str:
         else _gbnf_literal(json.dumps(values[0]))
 
 
-def tick_gbnf(ids: TickIds, limits: GrammarLimits | None = None) -> str:
+def tick_gbnf(ids: TickIds, limits: GrammarLimits | None = None, *, think: str = "required") -> str:
     """The GBNF grammar of a reply that acts only on `ids` (see the module docstring).
 
     Same layout as `reply_gbnf`: `<think>reasoning</think>`, a newline, one JSON action as
     `json.dumps` writes it; ids, outcomes and sides are literals, post text starts with a visible
-    character, leverage stays within the cap.
+    character, leverage stays within the cap. `think` (`THINK_MODES`): the think block before every action
+    (default), optional, or never (a JSON-only reply, as the format-only teacher writes it). Under the
+    `fixed_stake` rule (`ids.fixed_stake`) a bet has no amount.
     """
     lim = limits or GrammarLimits()
     alternatives = _tick_alternatives(ids)
     lines = _gbnf_head("The canonical rlaif_gym reply for one tick: only the ids its prompt shows.",
-                       "Generated by rlaif_gym.encoding.grammar.tick_gbnf", lim, alternatives)
+                       "Generated by rlaif_gym.encoding.grammar.tick_gbnf", lim, alternatives, think)
     for kind, alts in alternatives.items():
         bodies = []
         for alt in alts:

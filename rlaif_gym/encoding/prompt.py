@@ -26,7 +26,7 @@ from ..sim import ACTION_SPECS, WorldParams
 from .view import FeedItem, MarketView, PerpView, TickView
 
 __all__ = ["LAST_ACTION", "PROMPT_CHARSET", "PROMPT_STYLES", "cents", "render_prompt", "shown_feedback", "shown_view",
-           "system_prompt"]
+           "stake_rule", "system_prompt"]
 
 PROMPT_STYLES: tuple[str, ...] = ("full", "compact")
 """The prompt styles (`RLAIFEnvConfig.prompt_style`)."""
@@ -63,7 +63,7 @@ def _system_template(style: str = "full") -> str:
     return resources.files("rlaif_gym.encoding").joinpath(f"prompts/{_SYSTEM_FILES[style]}").read_text()
 
 
-def system_prompt(params: WorldParams, style: str = "full") -> str:
+def system_prompt(params: WorldParams, style: str = "full", *, fixed_stake: float | None = None) -> str:
     """The system prompt: the world's rules and the reply format.
 
     "full": the rules in detail (leverage cap, funding interval, fees) and every action's example, with a
@@ -72,13 +72,25 @@ def system_prompt(params: WorldParams, style: str = "full") -> str:
     name. It states no leverage cap (`TickIds` then admits any leverage; the engine still refuses one above
     `max_leverage`), and names neither `join_group` (each unjoined group's line in the prompt does) nor the
     social actions.
+
+    `fixed_stake` (the config's task rule, a fraction of cash): the prompt states it (`stake_rule`, the sentence
+    `TickIds.from_prompt` reads back), and the compact style's bet example leaves the amount out.
     """
     _check_style(style)
     template = _system_template(style)
     if style == "compact":
-        return template.rstrip("\n")  # the file's final newline would be one more token
-    return template.format(max_leverage=f"{params.max_leverage:g}", funding_interval=params.funding_interval,
-                           actions=_action_examples())
+        text = template.rstrip("\n")  # the file's final newline would be one more token
+        if fixed_stake is not None:
+            text = text.replace(',"amount":50}', "}")
+    else:
+        text = template.format(max_leverage=f"{params.max_leverage:g}", funding_interval=params.funding_interval,
+                               actions=_action_examples())
+    return text if fixed_stake is None else f"{text}\n{stake_rule(fixed_stake)}"
+
+
+def stake_rule(fraction: float) -> str:
+    """The system prompt's sentence for the `fixed_stake` rule: "Every bet stakes 5% of cash; write no amount."."""
+    return f"Every bet stakes {100 * fraction:g}% of cash; write no amount."
 
 
 @lru_cache(maxsize=1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,11 +152,13 @@ def _decisions(text: str) -> list[dict] | None:
     return out
 
 
-def parse_reply(text: str, *, think_required: bool = True) -> ParsedReply:
+def parse_reply(text: str, *, think_required: bool = True,
+                fixed: Mapping[str, Mapping[str, Any]] | None = None) -> ParsedReply:
     """Parse a reply. Never raises; see the module docstring for the accepted layouts.
 
     `think_required=False` is for prompts whose system prompt makes the `<think>` block optional (the compact
-    prompt style): a bare JSON action is then canonical too, not a "legacy layout" format error."""
+    prompt style): a bare JSON action is then canonical too, not a "legacy layout" format error. `fixed`: the
+    fields the task sets, per kind (`sim.normalize_action`; the env's `fixed_stake` sets a bet's amount)."""
     if not isinstance(text, str):
         return ParsedReply(None, "", (f"the reply must be text, got {type(text).__name__}",))
     errors: list[str] = []
@@ -212,7 +215,7 @@ def parse_reply(text: str, *, think_required: bool = True) -> ParsedReply:
         return ParsedReply(None, reasoning, tuple(errors), layout, candidates[0], think_closed, len(candidates))
     raw = candidates[0]
     try:
-        action = normalize_action(raw)
+        action = normalize_action(raw, fixed=fixed)
     except InvalidActionError as exc:
         errors.append(f"invalid action: {exc}")
         return ParsedReply(None, reasoning, tuple(errors), layout, raw, think_closed, 1)

@@ -39,18 +39,18 @@ from typing import Any
 import numpy as np
 
 from ..config import RLAIFEnvConfig
-from ..encoding.prompt import render_prompt, shown_feedback, system_prompt
+from ..encoding.prompt import render_prompt, shown_feedback
 from ..encoding.reply import canonical_reply, parse_reply
 from ..encoding.view import mirror_view
 from ..errors import ConfigError, SearchCancelled, SearchLimitError
 from ..llm.scripted import ScriptedLLM
-from .core import world_params
 from .inputs import MAX_SEED, check_config, check_int, check_seeds
 from .snapshot import EnvSnapshot
-from .text_env import RLAIFTextEnv
+from .text_env import RLAIFTextEnv, text_system_prompt
 
 __all__ = ["DECISION_WORLD", "HELD_OUT_SEEDS", "TRAIN_SEEDS", "WAIT_REPLY", "DecisionPoint", "DecisionReply",
-           "decision_messages", "decision_points", "evidence_counts", "score_decision_replies"]
+           "decision_messages", "decision_points", "evidence_counts", "mirror_reply", "mirrored_prompt",
+           "score_decision_replies"]
 
 TRAIN_SEEDS = range(0, 1_000_000)
 """Seeds for training sets; the held-out ranges below never overlap them."""
@@ -122,12 +122,29 @@ class DecisionPoint:
         prices, holdings and feed items with YES and NO swapped; the last action's sides too), for a training set
         that shows each point as itself or as its mirror. Its better side is the other one: buying YES there
         earns what buying NO earns here. It renders the env's own view, so it holds nothing the prompt lacks."""
-        feedback, view, style = shown_feedback(self.prompt), self.env().view, self.config.prompt_style
-        if render_prompt(view, feedback, style) != self.prompt:
+        env = self.env()
+        if env.prompt != self.prompt:
             raise ValueError(f"the point of seed {self.seed} at tick {self.tick}: its prompt is not its state's "
                              "rendering (a point rebuilt with another prompt?), so it has no mirror")
-        swapped = _SIDE_WORD.sub(lambda m: "NO" if m.group(0) == "YES" else "YES", feedback)
-        return render_prompt(mirror_view(view), swapped, style)
+        return mirrored_prompt(env)
+
+
+def mirrored_prompt(env: RLAIFTextEnv) -> str:
+    """The prompt `env` shows now, in the YES/NO mirror of its world (`DecisionPoint.mirrored_prompt`)."""
+    feedback, style = shown_feedback(env.prompt), env.config.prompt_style
+    swapped = _SIDE_WORD.sub(lambda m: "NO" if m.group(0) == "YES" else "YES", feedback)
+    return render_prompt(mirror_view(env.view), swapped, style)
+
+
+_OUTCOME_FIELD = re.compile(r'("outcome"\s*:\s*")(YES|NO)(")')
+
+
+def mirror_reply(reply: str) -> str:
+    """A reply to a mirrored prompt as the same decision in the world itself: every canonical `"outcome": "YES"`
+    becomes `"NO"` and the reverse (buying YES in the mirror is buying NO here; ids, amounts and text stay). A
+    reply in another vocabulary (`"action": "buy_yes"`) is played as written: the mirror is a training device for
+    replies in the canonical form, which the constraint (`encoding.grammar.tick_gbnf`) guarantees."""
+    return _OUTCOME_FIELD.sub(lambda m: m.group(1) + ("NO" if m.group(2) == "YES" else "YES") + m.group(3), reply)
 
 
 def evidence_counts(env: RLAIFTextEnv) -> dict[str, int]:
@@ -339,5 +356,5 @@ def score_decision_replies(points: Sequence[DecisionPoint], replies: Sequence[tu
 def decision_messages(point: DecisionPoint, *, mirrored: bool = False) -> list[dict[str, str]]:
     """The chat messages a model answers at `point`: the text env's system prompt (of the point's prompt style)
     and the point's prompt (its `mirrored_prompt` with `mirrored=True`)."""
-    return [{"role": "system", "content": system_prompt(world_params(point.config), point.config.prompt_style)},
+    return [{"role": "system", "content": text_system_prompt(point.config)},
             {"role": "user", "content": point.mirrored_prompt if mirrored else point.prompt}]

@@ -20,8 +20,8 @@ from ..encoding.reply import ParsedReply, parse_reply
 from ..errors import ConfigError, InvalidActionError
 from ..rewards.archetypes import normalize_archetype
 
-__all__ = ["action_row", "check_archetype", "check_reply", "decode_reply", "feedback_of", "fill_info", "reset_infos",
-           "step_feedback", "step_info"]
+__all__ = ["action_row", "check_archetype", "check_reply", "decode_reply", "feedback_of", "fill_info",
+           "fixed_stake_amount", "reset_infos", "step_feedback", "step_info"]
 
 
 def check_archetype(archetype: str | None) -> str | None:
@@ -63,11 +63,22 @@ def action_row(state: sim.WorldState, params: sim.WorldParams, world: int,
     return sim.resolve_action(state, params, world, action)
 
 
+def fixed_stake_amount(fraction: float, cash: float) -> float:
+    """The amount in USD every bet stakes under the `fixed_stake` task rule: `fraction` of `cash`, rounded to cents
+    (what the format-only teacher writes for the same fraction)."""
+    return round(fraction * cash, 2)
+
+
 def decode_reply(reply: str, state: sim.WorldState, params: sim.WorldParams,
-                 world: int = 0, *, think_required: bool = True) -> tuple[ParsedReply, sim.ResolvedAction]:
+                 world: int = 0, *, think_required: bool = True,
+                 fixed_stake: float | None = None) -> tuple[ParsedReply, sim.ResolvedAction]:
     """Parse a reply and resolve its action against world `world`: (the parsed reply, its `ActionBatch` row).
-    `think_required=False` where the system prompt makes `<think>` optional (`parse_reply`)."""
-    parsed = parse_reply(reply, think_required=think_required)
+    `think_required=False` where the system prompt makes `<think>` optional (`parse_reply`). `fixed_stake` (the
+    config's rule, a fraction of cash): a bet's amount is that share of the world's cash now, whatever the reply
+    wrote (`fixed_stake_amount`)."""
+    fixed = None if fixed_stake is None else {
+        "buy_prediction": {"amount": fixed_stake_amount(fixed_stake, float(state.cash[world]))}}
+    parsed = parse_reply(reply, think_required=think_required, fixed=fixed)
     return parsed, action_row(state, params, world, parsed.action)
 
 

@@ -270,7 +270,8 @@ class RLAIFMultiAgentEnv:
         """(ActionBatch, parsed reply or None, judge verdict or None) for one agent's action; its account is loaded."""
         if self.face == "text":
             parsed, row = decode_reply(check_reply(action, f"{agent}: the text face's action"), self.world,
-                                       self.params, think_required=self.judge.think_required)
+                                       self.params, think_required=self.judge.think_required,
+                                       fixed_stake=self.config.fixed_stake)
             verdict = self.judge.score(parsed, shown_view(self._views[agent], self.config.prompt_style),
                                        self._prompts[agent])
             return sim.ActionBatch.from_rows([row]), parsed, verdict

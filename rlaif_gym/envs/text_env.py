@@ -17,6 +17,7 @@ from ..encoding.reply import ParsedReply
 from ..encoding.view import TickView, build_view
 from ..errors import ResetNeeded
 from ..judge.rules import RuleJudge
+from .core import world_params
 from .glue import check_reply, decode_reply, step_feedback
 from .rlaif_env import RLAIFEnv
 from .snapshot import EnvSnapshot, SnapshotReader, register_snapshot_class
@@ -145,7 +146,7 @@ class RLAIFTextEnv(RLAIFEnv):
         super().__init__(config, render_mode, **overrides)
         self.observation_space = spaces.Text(max_length=MAX_PROMPT_CHARS, min_length=1, charset=PROMPT_CHARSET)
         self.action_space = spaces.Text(max_length=MAX_REPLY_SAMPLE_CHARS, min_length=0, charset=PROMPT_CHARSET)
-        self.system_prompt = system_prompt(self.params, self.config.prompt_style)
+        self.system_prompt = text_system_prompt(self.config)
         # The compact system prompt makes <think> optional: a bare JSON action is canonical there.
         self.judge = RuleJudge(think_required=self.config.prompt_style != "compact")
         self._view: TickView | None = None
@@ -192,7 +193,8 @@ class RLAIFTextEnv(RLAIFEnv):
         """Parse the reply, execute its action, advance the world, and score the transition."""
         self._check_running()
         state = self._core.state
-        parsed, row = decode_reply(check_reply(action), state, self.params, think_required=self.judge.think_required)
+        parsed, row = decode_reply(check_reply(action), state, self.params, think_required=self.judge.think_required,
+                                   fixed_stake=self.config.fixed_stake)
         verdict = self.judge.score(parsed, self.shown_view, self._prompt)
         res = self._transition(sim.ActionBatch.from_rows([row]),
                                (np.array([verdict.format]), np.array([verdict.reasoning])))
@@ -211,6 +213,12 @@ class RLAIFTextEnv(RLAIFEnv):
         }
         terminated, truncated = bool(res.terminated[0]), bool(res.truncated[0])
         return self._prompt, float(res.reward[0]), terminated, truncated, info
+
+
+def text_system_prompt(config: RLAIFEnvConfig) -> str:
+    """The text face's system prompt for `config`: its prompt style and its task rules (`fixed_stake`). The env,
+    the decision points' messages and the evals all take it from here."""
+    return system_prompt(world_params(config), config.prompt_style, fixed_stake=config.fixed_stake)
 
 
 def warm_up(config: RLAIFEnvConfig | Mapping[str, Any] | None = None) -> float:

@@ -39,10 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..encoding.prompt import system_prompt
-from ..envs.core import world_params
 from ..envs.decisions import WAIT_REPLY
-from ..envs.text_env import RLAIFTextEnv
+from ..envs.text_env import RLAIFTextEnv, text_system_prompt
 from ..errors import ConfigError
 from ..llm.format_teacher import FormatOnlyLLM
 from ..rollout import RolloutCollector
@@ -113,7 +111,7 @@ async def _preflight(agent: Any, eset: EpisodeSet) -> None:
     env = RLAIFTextEnv(eset.config)
     prompt, _ = env.reset(seed=eset.first_seed)
     try:
-        await first_call(agent, agent.act(system_prompt(world_params(eset.config), eset.config.prompt_style), prompt,
+        await first_call(agent, agent.act(text_system_prompt(eset.config), prompt,
                                           seed=0, call_id="preflight"))
     finally:
         await agent.aclose()

@@ -41,9 +41,8 @@ from typing import Any
 import numpy as np
 
 from ..benchmark import cpu_model, load_average
-from ..encoding.prompt import system_prompt
-from ..envs.core import world_params
 from ..envs.decisions import DecisionPoint, score_decision_replies
+from ..envs.text_env import text_system_prompt
 from ..errors import ConfigError, RLAIFError
 from ..llm.types import LLMError
 from ..storage._files import atomic_write_bytes
@@ -298,7 +297,7 @@ async def _play(agent: Any, points: Sequence[DecisionPoint], todo: list[tuple[in
 
     def call(i: int, k: int) -> Awaitable[tuple[str, Any]]:
         point = points[i]
-        system = system_prompt(world_params(point.config), point.config.prompt_style)
+        system = text_system_prompt(point.config)
         return agent.act(system, point.prompt, seed=call_seed(seed, point, k), call_id=f"{point.seed}/{point.tick}/{k}")
 
     def line(i: int, k: int, reply: str, record: Any, exc: LLMError | None = None) -> dict[str, Any]:

@@ -29,11 +29,12 @@ _CASH = re.compile(r"Cash (-?\$[\d,.]+)")
 _MARKET_ID = re.compile(r"\bmarket-\d+\b")
 
 
-def bet_reply(market: str, outcome: str, amount: float, think: str | None = None) -> str:
+def bet_reply(market: str, outcome: str, amount: float | None, think: str | None = None) -> str:
     """The canonical bet: `{"type": "buy_prediction", "market": ..., "outcome": ..., "amount": ...}` (amount in
-    USD, rounded to cents), JSON only, or after a `<think>think</think>` block."""
-    return canonical_reply({"type": "buy_prediction", "market": market, "outcome": outcome,
-                            "amount": round(amount, 2)}, think)
+    USD, rounded to cents; None: no amount, the bet of a task whose `fixed_stake` sets it), JSON only, or after a
+    `<think>think</think>` block."""
+    action = {"type": "buy_prediction", "market": market, "outcome": outcome}
+    return canonical_reply(action if amount is None else {**action, "amount": round(amount, 2)}, think)
 
 
 class FormatOnlyLLM:
@@ -42,17 +43,21 @@ class FormatOnlyLLM:
     Args:
         fraction: the share of cash each bet stakes (0.05: 5 %).
         model: the name recorded in LLM-call records.
+        writes_amount: False for a task whose `fixed_stake` rule sets the stake (the system prompt says to write
+            no amount): the bet names its market and side only.
     """
 
-    def __init__(self, fraction: float = 0.05, model: str = "format-only-v1") -> None:
+    def __init__(self, fraction: float = 0.05, model: str = "format-only-v1", *, writes_amount: bool = True) -> None:
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"fraction must be in (0, 1], got {fraction}; 0.05 stakes 5 % of cash")
         self.fraction = fraction
         self.model = model
+        self.writes_amount = writes_amount
 
     def describe(self) -> dict[str, Any]:
         """Kind, model and bet size (nothing secret exists)."""
-        return {"kind": "format-only", "model": self.model, "fraction": self.fraction}
+        return {"kind": "format-only", "model": self.model, "fraction": self.fraction,
+                **({} if self.writes_amount else {"writes_amount": False})}
 
     def bet(self, prompt: str) -> tuple[str, float] | None:
         """(market, amount in USD) this teacher bets on at `prompt`, or None when there is nothing to bet on.
@@ -74,7 +79,7 @@ class FormatOnlyLLM:
         bet = self.bet(prompt)
         if bet is None:
             return canonical_reply({"type": "wait"})
-        return bet_reply(bet[0], "YES" if rng.random() < 0.5 else "NO", bet[1])
+        return bet_reply(bet[0], "YES" if rng.random() < 0.5 else "NO", bet[1] if self.writes_amount else None)
 
     async def complete(self, messages: list[dict[str, str]], params: SamplingParams) -> Completion:
         """Answer the last user message; the side comes from `params.seed` (0 when unset)."""

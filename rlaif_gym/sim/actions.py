@@ -363,13 +363,16 @@ def _normalise_side(kind: str, value: Any) -> str:
     return mapping[text]
 
 
-def normalize_action(data: Mapping[str, Any]) -> Action:
+def normalize_action(data: Mapping[str, Any], *, fixed: Mapping[str, Mapping[str, Any]] | None = None) -> Action:
     """Map a dict in the canonical schema or any legacy vocabulary onto an `Action`.
 
     Args:
         data: e.g. {"action": "buy_yes", "marketId": "market-3", "amount": 100}. The type may be
             under "type", "action", "action_type" or "actionType"; parameters may be top-level or
             nested under "parameters"/"params"/"data".
+        fixed: values a task sets rather than the reply, per canonical kind (e.g. `{"buy_prediction":
+            {"amount": 500.0}}`, the env's `fixed_stake` rule): they fill the field when the reply leaves it
+            out and replace what the reply wrote, so no reply can change them.
 
     Raises:
         InvalidActionError: unknown type, a missing required field, or a field of the wrong kind.
@@ -397,6 +400,7 @@ def normalize_action(data: Mapping[str, Any]) -> Action:
             if alias in params and params[alias] is not None:
                 values[fname] = params[alias]
                 break
+    values.update((fixed or {}).get(kind, {}))
     missing = [f for f in _REQUIRED[kind] if f not in values]
     if missing:
         raise InvalidActionError(f"{kind} needs {', '.join(missing)}; got fields {sorted(params)}")

@@ -2,8 +2,8 @@
 
 * decision-point rows: one reply, then the continuation (a clean wait) plays out the horizon, in both TRL
   contracts (`make_rollout_func`'s completion is the one reply; `RLAIFTRLEnv` ends after one `act`);
-* `shared_prompt_logps` gives TRL's own per-token logprobs and entropies (one prompt pass per group, no
-  graph through it), and `shared_prompt_generator` reports the logprobs of the distribution it sampled from;
+* `shared_prompt_logps` gives TRL's own per-token logprobs, entropies and gradient (one prompt pass per
+  group, its graph kept), and `shared_prompt_generator` reports the logprobs of the distribution it sampled from;
 * the GRPO settings of the recipe (groups, `scale_rewards="none"`, zero-variance groups dropped from the
   loss and counted) train for real steps of `SharedPromptGRPOTrainer` with a tiny model (seconds);
 * `evaluate_decisions` scores replies against a wait on the same state: a bet on the side p* favours gains,
@@ -149,6 +149,44 @@ def test_shared_prompt_logps_equal_trls_own(tokenizer, tmp_path):
                                                                                 atol=1e-3)
     got[real].sum().backward()  # the completions carry the graph
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_shared_prompt_logps_give_trls_gradient_through_the_prompt(tokenizer, tmp_path):
+    """The training step's gradient is TRL's own: the completions' loss reaches the weights through the prompt's
+    keys and values (the side of a bet is read from the prompt), not only through the completion's tokens."""
+    model = _tiny_model(tokenizer, seed=1)
+    train = build_dataset([0], config={**WORLD, "num_ticks": 3})
+    trainer = SharedPromptGRPOTrainer(model=model, reward_funcs=[env_return], train_dataset=train,
+                                      processing_class=tokenizer, args=GRPOConfig(
+                                          output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2,
+                                          num_generations=2, report_to=[], use_cpu=True, max_completion_length=8,
+                                          disable_tqdm=True))
+    a = tokenizer("a prompt the group shares, with evidence to read")["input_ids"]
+    b = tokenizer("another prompt")["input_ids"]
+    width, k = max(len(a), len(b)), 4
+    rows, masks = [], []
+    for prompt, completion in [(a, [5, 6, 7, 8]), (a, [10, 11]), (b, [13, 14, 15]), (b, [18, 19, 20, 21])]:
+        pad, tail = width - len(prompt), k - len(completion)
+        rows.append([tokenizer.pad_token_id] * pad + prompt + completion + [tokenizer.pad_token_id] * tail)
+        masks.append([0] * pad + [1] * (len(prompt) + len(completion)) + [0] * tail)
+    ids, mask = torch.tensor(rows), torch.tensor(masks)
+    real = mask[:, width:].bool()
+    weights = torch.tensor([[1.0, -0.5, 0.25, 2.0]] * 4)  # advantages of any sign, per token
+
+    def gradient(logps):
+        model.zero_grad()
+        (logps[real] * weights[real]).sum().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    want = gradient(GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, mask, k)[0])
+    got = gradient(shared_prompt_logps(model, ids, mask, k)[0])
+    prompt_only = "model.embed_tokens.weight"  # touched by the prompt's tokens too
+    assert want[prompt_only].abs().sum() > 0
+    # TRL's head sums the vocabulary in chunks: about 1 % of the largest entry on every weight, the ones the prompt
+    # does not reach included (a gradient through the completions only is 35-100 % off on the prompt's keys, values
+    # and norms; measured when this test was written)
+    for name, g in want.items():
+        assert (got[name] - g).abs().max() <= 0.02 * g.abs().max(), name
 
 
 def test_the_shared_prompt_sampler_reports_the_logprobs_it_sampled_from(tokenizer):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ... import sim
-from ...envs.decisions import WAIT_REPLY
+from ...envs.decisions import WAIT_REPLY, mirror_reply
 from ...errors import ConfigError
 
 if TYPE_CHECKING:
@@ -166,6 +166,8 @@ def play_episodes(specs: Sequence[RowEpisode], generate: TokenGenerator, tokeniz
             res.logprobs += lp
             res.env_mask += [1] * len(ids)
             reply = tokenizer.decode(ids, skip_special_tokens=True)
+            if specs[i].mirrored:  # the reply to the mirrored prompt, played in the world itself
+                reply = mirror_reply(reply)
             prompt, reward, term, trunc, info = envs[i].step(reply)
             _record(res, reply, reward, info)
             res.answered += 1

@@ -24,16 +24,17 @@ _log = logging.getLogger(__name__)
 def shared_prompt_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
                         compute_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probabilities (and entropies) of the last `logits_to_keep` tokens of each row, running each
-    distinct prompt once, without gradients, for all the rows that share it.
+    distinct prompt once for all the rows that share it.
 
     `input_ids` is TRL's layout: left-padded prompts, then right-padded completions of `logits_to_keep` tokens.
     Rows whose prompt (its unpadded ids) is the same, as a GRPO group's are, share one forward pass of the
-    prompt (keys and values cached, no graph), and the prompts' common start (the system prompt) runs once
-    for the batch; the completions then run with gradients on those caches. The
-    values are those of a full forward pass (RoPE depends only on relative positions, so the left padding
-    does not matter; a test checks agreement with TRL's own computation); the gradient leaves out the
-    adapter's effect through the prompt's keys and values, and costs the completion's tokens only: for a
-    1,000-token prompt and 64-token replies, about a tenth of the full pass.
+    prompt (its keys and values, repeated per row), and the completions run on that cache. The values are those
+    of a full forward pass (RoPE depends only on relative positions, so the left padding does not matter). Where
+    gradients are on (the training step), each prompt runs with its graph, so the gradient is TRL's too: the
+    rows' losses reach the adapter through the shared keys and values as they would through each row's own
+    (tests/integrations/test_trl.py checks both against TRL's computation); the group's prompt costs one forward
+    and backward pass instead of one per completion. Without gradients (the old and reference log-probabilities),
+    the prompts' common start (the system prompt) also runs once for the batch.
     """
     b, width = input_ids.shape
     p = width - logits_to_keep
@@ -44,11 +45,12 @@ def shared_prompt_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
         prompt = input_ids[row, :p][attention_mask[row, :p].bool()]
         groups.setdefault(tuple(prompt.tolist()), []).append(row)
     pieces_lp, pieces_ent, order = [], [], []
-    shared = _PrefixCache(model, list(groups), input_ids.device)
+    grad = torch.is_grad_enabled()
+    shared = _PrefixCache(model, [] if grad else list(groups), input_ids.device)  # a graph cannot be deep-copied
     for key, rows in groups.items():
         prompt = torch.tensor([key], dtype=input_ids.dtype, device=input_ids.device)
         n = len(rows)
-        _, cache = shared.extend(key, len(key) - 1)
+        _, cache = shared.extend(key, len(key) - 1, grad=grad)
         if cache is not None:
             cache.batch_repeat_interleave(n)
         completion = input_ids[rows, p:]
@@ -69,10 +71,11 @@ def shared_prompt_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
 
 
 class SharedPromptGRPOTrainer(GRPOTrainer):
-    """TRL's `GRPOTrainer`, computing each group's prompt once, without gradients (`shared_prompt_logps`).
+    """TRL's `GRPOTrainer`, computing each group's prompt once (`shared_prompt_logps`): the same log-probabilities
+    and the same gradient, at one prompt pass per group instead of one per completion.
 
-    For single-decision rows (one short reply after a long prompt) the training step's forward and backward
-    passes then cover the replies only, which is what makes GRPO fit two CPU cores. Everything else is TRL's:
+    For single-decision rows (one short reply after a long prompt) that is what makes GRPO fit two CPU cores
+    with gradients through the prompt (the side of a bet is read from the prompt). Everything else is TRL's:
     sampling (through `rollout_func`), advantages, the loss, the optimiser. Inputs it cannot share (images,
     mixture-of-experts routing losses) go through TRL's own computation. Gradient checkpointing is turned off:
     it cannot keep a KV cache (and with one prompt pass per group, the memory it would save is small).

@@ -49,15 +49,16 @@ class _PrefixCache:
                 self.cache = _forward(model, input_ids=torch.tensor([keys[0][:self.length]], device=device),
                                       logits_to_keep=1)[1]
 
-    def extend(self, key: tuple[int, ...], upto: int) -> tuple[torch.Tensor | None, Any]:
-        """(logits of the last token run, shape (1, 1, vocabulary), cache) holding `key[:upto]`, without gradients;
-        logits None when nothing beyond the shared prefix had to run. Only the last token's logits are computed: the
-        vocabulary's projection over a whole prompt is a fifth of its forward pass."""
+    def extend(self, key: tuple[int, ...], upto: int, *, grad: bool = False) -> tuple[torch.Tensor | None, Any]:
+        """(logits of the last token run, shape (1, 1, vocabulary), cache) holding `key[:upto]`, without gradients
+        (with `grad`, the tokens beyond the shared prefix run with them: build the cache with no keys, so the whole
+        prompt does); logits None when nothing beyond the shared prefix had to run. Only the last token's logits are
+        computed: the vocabulary's projection over a whole prompt is a fifth of its forward pass."""
         cache = copy.deepcopy(self.cache) if self.cache is not None else None
         rest = key[self.length:upto]
         if not rest:
             return None, cache
-        with torch.no_grad():
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
             logits, cache = _forward(self.model, input_ids=torch.tensor([rest], device=self.device), cache=cache,
                                      logits_to_keep=1)
         return logits, cache

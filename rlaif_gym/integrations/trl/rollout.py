@@ -70,7 +70,8 @@ def make_rollout_func(dataset: datasets.Dataset | Iterable[Mapping[str, Any]], *
         if not key:
             raise ConfigError("a row has an empty user message (contract='environment_factory'); build the dataset "
                               "with build_dataset(..., contract='rollout_func') for make_rollout_func")
-        same = (row.get("seed"), row.get("config"), row.get("snapshot"), row.get("ticks"), row.get("decisions"))
+        same = (row.get("seed"), row.get("config"), row.get("snapshot"), row.get("ticks"), row.get("decisions"),
+                row.get("mirrored"))
         if identity.setdefault(key, same) != same:
             raise ConfigError(f"two rows (seeds {identity[key][0]} and {same[0]}) have the same first prompt but "
                               "name different episodes; make_rollout_func finds an episode by its first prompt")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import datasets
 
 from ...config import RLAIFEnvConfig
-from ...envs.decisions import DecisionPoint
+from ...envs.decisions import DecisionPoint, mirrored_prompt
 from ...envs.inputs import check_config, check_items, check_seed, check_seeds, check_snapshot, check_ticks
 from ...envs.rlaif_env import EnvSnapshot
 from ...envs.text_env import RLAIFTextEnv
@@ -45,6 +45,10 @@ class RowEpisode:
             played by the continuation policy, a clean wait (`rlaif_gym.envs.decisions.WAIT_REPLY`). With
             1 a rollout is a single decision: one reply, whose return is what that reply is worth over the
             horizon (a contextual bandit; the backward pass covers one reply).
+        mirrored: the model sees the start's prompt in the YES/NO mirror of its world
+            (`rlaif_gym.envs.decisions.mirrored_prompt`), and its reply is played in the world itself with its
+            sides swapped back (`mirror_reply`): the same decision with the evidence and the better side
+            reversed. A single decision only (`decisions=1`), from a fork point.
     """
 
     seed: int | None
@@ -52,11 +56,18 @@ class RowEpisode:
     snapshot: EnvSnapshot | None = None
     ticks: int | None = None
     decisions: int | None = None
+    mirrored: bool = False
 
     def __post_init__(self) -> None:
         check_seed(self.seed, "seed", recorded=self.snapshot is not None)
         check_ticks(self.ticks, "ticks")
         check_ticks(self.decisions, "decisions")
+        if not isinstance(self.mirrored, bool):
+            raise ConfigError(f"mirrored must be True or False, got {self.mirrored!r}")
+        if self.mirrored and (self.decisions != 1 or self.snapshot is None):
+            raise ConfigError("a mirrored row is one decision at a fork point (decisions=1 and a snapshot): later "
+                              f"prompts would show the world unmirrored; got decisions={self.decisions}, "
+                              f"snapshot={'set' if self.snapshot is not None else 'None'}")
         if not isinstance(self.config, RLAIFEnvConfig):
             raise ConfigError(f"config must be an RLAIFEnvConfig, got {type(self.config).__name__}; build one with "
                               "RLAIFEnvConfig(**fields) or RowEpisode.from_row(...)")
@@ -70,7 +81,7 @@ class RowEpisode:
     @classmethod
     def from_row(cls, seed: int | None = None, config: str | Mapping[str, Any] | None = None,
                  snapshot: bytes | None = None, ticks: int | None = None, decisions: int | None = None,
-                 **_: Any) -> RowEpisode:
+                 mirrored: bool | None = None, **_: Any) -> RowEpisode:
         """The spec a dataset row names (`build_dataset`'s columns; other columns are ignored).
 
         Each column is checked as the OpenEnv server checks the same input (`rlaif_gym.envs.inputs`):
@@ -82,8 +93,10 @@ class RowEpisode:
         """
         seed = check_seed(seed, _column("seed"), recorded=snapshot is not None)
         cfg, ticks = check_config(config, _column("config")), check_ticks(ticks, _column("ticks"))
+        if mirrored is not None and not isinstance(mirrored, bool):
+            raise ConfigError(f"{_column('mirrored')} must be true, false or null, got {mirrored!r}")
         return cls(seed, cfg, check_snapshot(snapshot, RLAIFTextEnv, _column("snapshot")), ticks,
-                   check_ticks(decisions, _column("decisions")))
+                   check_ticks(decisions, _column("decisions")), bool(mirrored))
 
     def start(self, env: RLAIFTextEnv | None = None) -> tuple[RLAIFTextEnv, str]:
         """An env at the start point and its prompt there (`env` is reused when its config matches)."""
@@ -93,7 +106,7 @@ class RowEpisode:
             prompt, _ = env.reset(seed=self.seed)
         else:
             env.set_state(self.snapshot)
-            prompt = env.prompt  # the prompt the snapshotted env was showing
+            prompt = mirrored_prompt(env) if self.mirrored else env.prompt  # what the snapshotted env was showing
         return env, prompt
 
     def row(self, contract: Contract = "rollout_func") -> dict[str, Any]:
@@ -107,13 +120,14 @@ class RowEpisode:
             "snapshot": self.snapshot.to_bytes() if self.snapshot is not None else None,
             "ticks": self.ticks,
             "decisions": self.decisions,
+            "mirrored": self.mirrored,
         }
 
 
 def dataset_rows(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping[str, Any] | None = None,
                  snapshots: Iterable[EnvSnapshot] = (), ticks: int | None = None,
                  contract: Contract = "rollout_func", points: Iterable[DecisionPoint] = (),
-                 decisions: int | None = None) -> list[dict[str, Any]]:
+                 decisions: int | None = None, mirrors: bool = False) -> list[dict[str, Any]]:
     """The rows of `build_dataset` as plain dicts.
 
     Every argument is checked as `reset` checks the same value (`rlaif_gym.envs.inputs`), before a row is built.
@@ -128,6 +142,8 @@ def dataset_rows(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping[
     cfg = check_config(config, "build_dataset config")
     ticks = check_ticks(ticks, "build_dataset ticks")
     decisions = check_ticks(decisions, "build_dataset decisions")
+    if not isinstance(mirrors, bool):
+        raise ConfigError(f"build_dataset mirrors must be True or False, got {mirrors!r}")
     snapshots = check_items(snapshots, "build_dataset snapshots", EnvSnapshot,
                             "pass the get_state() of an RLAIFTextEnv")
     points = check_items(points, "build_dataset points", DecisionPoint,
@@ -135,7 +151,7 @@ def dataset_rows(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping[
     specs = [RowEpisode(s, cfg, None, ticks, decisions) for s in seeds]
     specs += [RowEpisode(s.np_random_seed, s.config, s, ticks, decisions) for s in snapshots]
     specs += [RowEpisode(p.snapshot.np_random_seed, p.config, p.snapshot, p.resolution_horizon if ticks is None
-                          else ticks, decisions) for p in points]
+                          else ticks, decisions, mirrored) for p in points for mirrored in (False, True)[:1 + mirrors]]
     if not specs:
         raise ConfigError("build_dataset needs at least one seed, snapshot or decision point")
     return [spec.row(contract) for spec in specs]
@@ -144,7 +160,7 @@ def dataset_rows(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping[
 def build_dataset(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping[str, Any] | None = None,
                   snapshots: Iterable[EnvSnapshot] = (), ticks: int | None = None,
                   contract: Contract = "rollout_func", points: Iterable[DecisionPoint] = (),
-                  decisions: int | None = None) -> datasets.Dataset:
+                  decisions: int | None = None, mirrors: bool = False) -> datasets.Dataset:
     """A `datasets.Dataset` of episodes: one row per seed (a fresh episode), per fork point and per decision point.
 
     For GRPO on single decisions: `build_dataset(points=decision_points(seeds, config), decisions=1)`
@@ -160,15 +176,19 @@ def build_dataset(seeds: Iterable[int] = (), *, config: RLAIFEnvConfig | Mapping
             the world drew, which the prompt's feed is written from; docs/reward.md).
         points: decision points (`rlaif_gym.envs.decisions.decision_points`), rows like fork points.
         decisions: ticks of the horizon the model answers (None: all); the continuation waits out the rest.
+        mirrors: each decision point's row is followed by its YES/NO mirror's (`RowEpisode.mirrored`; needs
+            `decisions=1`): the same state with the evidence and the better side reversed, so a batch that holds
+            both cannot lower its loss by leaning to one side.
         contract: `"rollout_func"` puts the first prompt in the row's user message (what
             `make_rollout_func` reads); `"environment_factory"` leaves the user message empty, because
             `RLAIFTRLEnv.reset` returns the prompt and TRL appends it there.
 
     Returns:
         Columns `prompt` (system and user messages), `seed`, `config` (JSON), `snapshot`
-        (`EnvSnapshot.to_bytes()`, data only, or None), `ticks` and `decisions`.
+        (`EnvSnapshot.to_bytes()`, data only, or None), `ticks`, `decisions` and `mirrored`.
     """
     return datasets.Dataset.from_list(dataset_rows(seeds, config=config, snapshots=snapshots, ticks=ticks,
-                                                   contract=contract, points=points, decisions=decisions))
+                                                   contract=contract, points=points, decisions=decisions,
+                                                   mirrors=mirrors))
 
 

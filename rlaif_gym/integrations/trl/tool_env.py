@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from ...envs.decisions import WAIT_REPLY
+from ...envs.decisions import WAIT_REPLY, mirror_reply
 from ...envs.text_env import RLAIFTextEnv
 from ...errors import ConfigError, InvalidActionError, ResetNeeded, RLAIFError
 from .rows import RowEpisode
@@ -53,16 +53,17 @@ class RLAIFTRLEnv:
 
     def reset(self, seed: int | None = None, config: str | Mapping[str, Any] | None = None,
               snapshot: bytes | None = None, ticks: int | None = None, prompt: Any = None,
-              decisions: int | None = None, **row: Any) -> str:
+              decisions: int | None = None, mirrored: bool | None = None, **row: Any) -> str:
         """Start the row's episode (fresh from `seed`, or from the fork point `snapshot`); returns its first prompt.
 
         With `decisions` (a row of single decisions has 1), `act` answers that many ticks; then the
-        continuation (a clean wait) plays out the horizon and the episode is over.
+        continuation (a clean wait) plays out the horizon and the episode is over. A `mirrored` row shows the
+        point's YES/NO mirror and plays the reply with its sides swapped back (`RowEpisode.mirrored`).
 
         Raises:
             ConfigError: the row already holds the prompt (it was built for `make_rollout_func`).
         """
-        spec = RowEpisode.from_row(seed, config, snapshot, ticks, decisions)
+        spec = RowEpisode.from_row(seed, config, snapshot, ticks, decisions, mirrored)
         self._env, first = spec.start(self._env)
         self._spec = spec
         last = prompt[-1] if isinstance(prompt, list) and prompt else None
@@ -98,7 +99,7 @@ class RLAIFTRLEnv:
                 f"act takes reply as a string: your reasoning in <think>...</think>, then one JSON action such as "
                 f'{{"type": "wait"}}; got {type(reply).__name__} {shown}. Call act again with reply set to that text '
                 "(no tick was played)")
-        prompt, _ = self._step(reply)
+        prompt, _ = self._step(mirror_reply(reply) if self._spec.mirrored else reply)  # a mirrored row: its sides back
         self._continue()
         if self._left <= 0:
             return f"{EPISODE_ENDED} Episode return {self._return:+.4f}."
