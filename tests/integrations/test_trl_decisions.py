@@ -293,3 +293,32 @@ def test_evidence_think_states_the_feed_item_the_bet_follows_from(tokenizer):
         sft_examples(records, tokenizer, short_think="evidence")
     with pytest.raises(ConfigError, match="think must be"):
         decision_sft_records(pts, think="short")
+
+
+def test_a_mirrored_row_shows_the_mirror_and_plays_the_reply_with_its_sides_back(tokenizer, points):
+    """`build_dataset(mirrors=True)`: each point's row, then its YES/NO mirror's. The mirror's prompt is the point's
+    `mirrored_prompt`; a reply buying YES there is played in the world as buying NO, so its return is the NO reply's
+    return at the point itself, in both contracts (the token-exact rollout and `RLAIFTRLEnv`)."""
+    point = points[0]
+    rows = build_dataset(points=[point], decisions=1, mirrors=True)
+    assert [r["mirrored"] for r in rows] == [False, True]
+    assert rows[1]["prompt"][-1]["content"] == point.mirrored_prompt != point.prompt
+    env = point.env()
+    market = env.view.markets[0].market_id
+    yes, no = (json.dumps({"type": "buy_prediction", "market": market, "outcome": side, "amount": 100})
+               for side in ("YES", "NO"))
+    spec = RowEpisode.from_row(**rows[1])
+    (res,) = play_episodes([spec], _scripted(tokenizer, [yes]), tokenizer, max_reply_tokens=64)
+    (direct,) = play_episodes([RowEpisode.from_row(**rows[0])], _scripted(tokenizer, [no]), tokenizer,
+                              max_reply_tokens=64)
+    assert res.replies[0] == no and res.rewards == direct.rewards and res.episode_return == direct.episode_return
+    assert tokenizer.decode(res.completion_ids, skip_special_tokens=True) == yes  # what the model wrote
+    factory = build_dataset(points=[point], decisions=1, mirrors=True, contract="environment_factory")
+    tool = RLAIFTRLEnv()
+    assert tool.reset(**factory[1]) == point.mirrored_prompt
+    tool.act(yes)
+    assert tool.get_reward() == direct.episode_return
+    with pytest.raises(ConfigError, match="mirrored row is one decision"):
+        build_dataset(points=[point], decisions=None, mirrors=True)
+    with pytest.raises(ConfigError, match="mirrors must be True or False"):
+        build_dataset(points=[point], decisions=1, mirrors="yes")
