@@ -27,7 +27,7 @@ from rlaif_gym.envs.glue import fixed_stake_amount
 from rlaif_gym.errors import ConfigError, InvalidActionError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "encoding"))
-from gbnf_subset import parse_gbnf, sample  # noqa: E402
+from gbnf_subset import parse_gbnf, sample
 
 CONFIG = {**DECISION_WORLD, "prompt_style": "compact", "fixed_stake": 0.05}
 
@@ -35,7 +35,7 @@ CONFIG = {**DECISION_WORLD, "prompt_style": "compact", "fixed_stake": 0.05}
 @pytest.fixture(scope="module")
 def start():
     env = RLAIFTextEnv(CONFIG)
-    prompt, _ = env.reset(seed=11)
+    env.reset(seed=11)
     env.step('{"type": "wait"}')  # a tick in, so the state is not the reset's
     return env.get_state(), env.prompt, float(env.state.cash[0]), env.view.markets[0].market_id
 

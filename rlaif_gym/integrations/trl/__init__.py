@@ -38,7 +38,8 @@ one state, also a mid-episode one.
 
 The package, one module per job: `rows` (dataset rows and `RowEpisode`), `tool_env` (`RLAIFTRLEnv`),
 `episodes` (token-exact episodes), `rollout` (`make_rollout_func`, `env_return`), `decisions` (held-out
-decision points, evaluated), `generation` (generation backends, the GGUF policy), `sft` (the warm start) and
+decision points, evaluated), `generation` (generation backends, the GGUF policy), `constraint` (the reply grammar as
+a token mask for those backends, and as vLLM settings), `sft` (the warm start) and
 `grpo` with `prefix_cache` (`SharedPromptGRPOTrainer`: training machinery pinned to TRL's version). Every
 public name is importable from here, as before the split.
 """
@@ -57,8 +58,15 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from ...envs.decisions import DecisionReply, decision_messages, score_decision_replies
+from .constraint import (
+    GrammarLogitsProcessor,
+    GrammarViolation,
+    ReplyConstraint,
+    ReplyMatcher,
+    vllm_structured_outputs,
+)
 from .decisions import decision_table, evaluate_decisions
-from .episodes import EpisodeResult, TokenGenerator, episode_metrics, play_episodes
+from .episodes import EpisodeResult, GrammarOf, TokenGenerator, episode_metrics, play_episodes, tick_grammar
 from .generation import load_gguf_policy, shared_prompt_generator, trainer_generator, transformers_generator
 from .grpo import SharedPromptGRPOTrainer, shared_prompt_logps
 from .rollout import env_return, make_rollout_func
@@ -72,7 +80,12 @@ __all__ = [
     "DecisionReply",
     "EpisodeFaultError",
     "EpisodeResult",
+    "GrammarLogitsProcessor",
+    "GrammarOf",
+    "GrammarViolation",
     "RLAIFTRLEnv",
+    "ReplyConstraint",
+    "ReplyMatcher",
     "RowEpisode",
     "SharedPromptGRPOTrainer",
     "TokenGenerator",
@@ -93,8 +106,10 @@ __all__ = [
     "sft_train",
     "shared_prompt_generator",
     "shared_prompt_logps",
+    "tick_grammar",
     "trainer_generator",
     "transformers_generator",
+    "vllm_structured_outputs",
 ]
 
 

@@ -6,12 +6,14 @@ Part of `rlaif_gym.integrations.trl`, which re-exports every public name.
 
 from __future__ import annotations
 
+import inspect
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ... import sim
+from ...encoding.grammar import TickIds, reply_gbnf, tick_gbnf
 from ...envs.decisions import WAIT_REPLY, mirror_reply
 from ...errors import ConfigError
 
@@ -23,7 +25,31 @@ from .rows import RowEpisode
 TokenGenerator = Callable[[list[list[int]], int], tuple[list[list[int]], list[list[float]]]]
 """`generate(sequences, max_new_tokens) -> (completion ids, logprobs)`: one sampled continuation per
 sequence, ending with an end-of-turn token when the model produced one, and the log-probability of
-each sampled token under the distribution it was sampled from."""
+each sampled token under the distribution it was sampled from.
+
+The generators of this package also take `grammars=` (per sequence a reply grammar, GBNF text, or None):
+a constrained continuation follows its grammar, and its logprobs are under the distribution renormalised
+over the tokens the grammar allows. `play_episodes(..., constrain=True)` passes it."""
+
+GrammarOf = Callable[[str, str], str]
+"""`grammar_of(prompt, system_prompt) -> GBNF text`: the reply grammar of one tick, from the tick's prompt and
+the env's system prompt (`play_episodes(..., constrain=True)`; default `tick_grammar`)."""
+
+
+def tick_grammar(prompt: str, system_prompt: str) -> str:
+    """The reply grammar of one tick: `tick_gbnf` over the ids the prompt shows (and the leverage cap the system
+    prompt states); the grammar of any id (`reply_gbnf`) for text that is not a rendered tick."""
+    ids = TickIds.from_prompt(prompt, system_prompt)
+    return reply_gbnf() if ids is None else tick_gbnf(ids)
+
+
+def _takes_grammars(generate: Callable[..., Any]) -> bool:
+    """Whether `generate` accepts a `grammars` keyword (True when its signature cannot be read)."""
+    try:
+        params = inspect.signature(generate).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "grammars" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 # -- token-exact episodes -----------------------------------------------------------------------------------------
@@ -108,7 +134,8 @@ def _chat_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]
 
 def play_episodes(specs: Sequence[RowEpisode], generate: TokenGenerator, tokenizer: PreTrainedTokenizerBase, *,
                   max_reply_tokens: int = 96, max_total_tokens: int | None = None,
-                  end_of_turn: int | None = None) -> list[EpisodeResult]:
+                  end_of_turn: int | None = None, constrain: bool = False, grammar_of: GrammarOf | None = None,
+                  ) -> list[EpisodeResult]:
     """Play `specs` in lockstep, one `generate` call per tick for every episode still running.
 
     Each episode's sequence is `prompt_ids` (system prompt and first tick, chat-templated with the
@@ -128,15 +155,36 @@ def play_episodes(specs: Sequence[RowEpisode], generate: TokenGenerator, tokeniz
             turn would not fit plays its remaining ticks as empty replies. None: the tokenizer's
             `model_max_length` when it is finite, else no limit.
         end_of_turn: the token that ends an assistant turn; default the tokenizer's eos token.
+        constrain: sample each reply under its tick's grammar: `generate` gets `grammars=` (one GBNF text per
+            sequence, `grammar_of(prompt, env.system_prompt)` of the tick it answers), so every reply the grammar
+            lets complete parses to an action on ids the prompt shows. A grammar's reasoning may run longer than
+            `max_reply_tokens` (`reply_max_chars` bounds a reply in characters, hence tokens); a reply cut off
+            there is scored as written. Default off: the model writes what it likes.
+        grammar_of: the reply grammar of a tick (only with `constrain=True`); default `tick_grammar`, i.e.
+            `tick_gbnf(TickIds.from_prompt(prompt, system_prompt))`. Pass another to choose the grammar's
+            options (its limits, or its think block).
+
+    Raises:
+        ConfigError: `grammar_of` without `constrain=True`, or `constrain=True` with a `generate` that takes
+            no `grammars` keyword.
     """
+    if grammar_of is not None and not constrain:
+        raise ConfigError("grammar_of= chooses the grammar of a constrained reply; pass constrain=True as well (or "
+                          "leave grammar_of out to sample unconstrained)")
+    if constrain and not _takes_grammars(generate):
+        raise ConfigError(f"constrain=True passes each tick's grammar as generate(..., grammars=[...]), but "
+                          f"{getattr(generate, '__name__', type(generate).__name__)} takes no `grammars` keyword; "
+                          "use transformers_generator, shared_prompt_generator or trainer_generator, or add it")
+    grammar_of = (grammar_of or tick_grammar) if constrain else None
     end_of_turn = tokenizer.eos_token_id if end_of_turn is None else end_of_turn
     if max_total_tokens is None:
         limit = getattr(tokenizer, "model_max_length", None)
         max_total_tokens = limit if isinstance(limit, int) and limit < 1_000_000 else None
     turns = _TurnTemplate(tokenizer, end_of_turn)
-    envs, results, left = [], [], []
+    envs, results, left, prompts = [], [], [], []
     for spec in specs:
         env, prompt = spec.start()
+        prompts.append(prompt)
         messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": prompt}]
         res = EpisodeResult(_chat_ids(tokenizer, messages, generation_prompt=True))
         res.start_equity = res.end_equity = float(sim.equity(env.state, env.params)[0])
@@ -155,7 +203,17 @@ def play_episodes(specs: Sequence[RowEpisode], generate: TokenGenerator, tokeniz
         running = fits
         if not running:
             break
-        outs, lps = generate([results[i].prompt_ids + results[i].completion_ids for i in running], max_reply_tokens)
+        sequences = [results[i].prompt_ids + results[i].completion_ids for i in running]
+        if grammar_of is None:
+            outs, lps = generate(sequences, max_reply_tokens)
+        else:
+            grammars: dict[tuple[str, str], str] = {}  # a GRPO group's episodes share their state's grammar
+            for i in running:
+                key = (prompts[i], envs[i].system_prompt)
+                if key not in grammars:
+                    grammars[key] = grammar_of(*key)
+            outs, lps = generate(sequences, max_reply_tokens,
+                                 grammars=[grammars[(prompts[i], envs[i].system_prompt)] for i in running])
         still = []
         for i, ids, lp in zip(running, outs, lps, strict=True):
             res = results[i]
@@ -181,6 +239,7 @@ def play_episodes(specs: Sequence[RowEpisode], generate: TokenGenerator, tokeniz
                 res.continued += 1
                 left[i] = 0 if term or trunc else left[i] - 1
             if left[i] > 0:
+                prompts[i] = prompt  # the tick the next reply answers
                 env_ids = ([] if ids and ids[-1] == end_of_turn else [end_of_turn]) + turns.after_reply(prompt)
                 res.completion_ids += env_ids
                 res.logprobs += [0.0] * len(env_ids)

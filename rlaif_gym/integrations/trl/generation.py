@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers import LogitsProcessorList
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
@@ -20,6 +21,7 @@ from ...errors import ConfigError
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .constraint import GrammarLogitsProcessor, ReplyConstraint
 from .episodes import TokenGenerator
 from .prefix_cache import _forward, _PrefixCache
 
@@ -34,11 +36,17 @@ def transformers_generator(model: PreTrainedModel, tokenizer: PreTrainedTokenize
     Logprobs are those of the processed scores (after temperature, top-k, top-p), i.e. of the distribution
     each token was sampled from. `generation_config` (copied) and `generate_kwargs` set the sampling;
     `max_new_tokens` is set per call.
+
+    The returned `generate(sequences, max_new_tokens, grammars=None)` takes per sequence a reply grammar (GBNF,
+    `encoding.grammar.tick_gbnf`) or None: a `GrammarLogitsProcessor` masks the row's scores before the
+    temperature and the top-k/top-p warpers, so its reply follows the grammar, ends with an eos token once
+    complete, and its logprobs are under the policy's distribution renormalised over the allowed tokens.
     """
     eos = list(eos_token_ids) if eos_token_ids is not None else [tokenizer.eos_token_id]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
 
-    def generate(sequences: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], list[list[float]]]:
+    def generate(sequences: list[list[int]], max_new_tokens: int, grammars: Sequence[str | None] | None = None,
+                 ) -> tuple[list[list[int]], list[list[float]]]:
         width = max(len(s) for s in sequences)
         ids = torch.tensor([[pad] * (width - len(s)) + s for s in sequences], dtype=torch.long)
         mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in sequences], dtype=torch.long)
@@ -46,8 +54,12 @@ def transformers_generator(model: PreTrainedModel, tokenizer: PreTrainedTokenize
         config = copy.deepcopy(generation_config if generation_config is not None else model.generation_config)
         config.update(max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos, output_scores=True,
                       return_dict_in_generate=True, **generate_kwargs)
+        processors = []
+        if _constrained(grammars, sequences):
+            processors.append(GrammarLogitsProcessor(ReplyConstraint.for_tokenizer(tokenizer, eos), grammars))
         with torch.no_grad():
-            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
+            out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config,
+                                 logits_processor=LogitsProcessorList(processors))
         new = out.sequences[:, width:].cpu()
         logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1).cpu()
         chosen = logps.gather(-1, new[:, : logps.size(1)].unsqueeze(-1)).squeeze(-1)
@@ -71,13 +83,21 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     Sampling is plain ancestral sampling at `temperature` (0: greedy) over the whole vocabulary (no top-k or
     top-p), with torch's global generator; each token's logprob is under the distribution it was drawn from,
     as `transformers_generator` reports them.
+
+    The returned `generate(sequences, max_new_tokens, grammars=None)` takes per sequence a reply grammar (GBNF)
+    or None: a constrained row's logits are masked to the tokens its grammar allows before the temperature and
+    the softmax (greedy takes the best allowed token), so each logprob is under the distribution renormalised
+    over the allowed tokens, the one the token was drawn from.
     """
     eos = set(eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id])
     if temperature < 0:
         raise ConfigError(f"temperature must be >= 0, got {temperature}")
 
-    def generate(sequences: list[list[int]], max_new_tokens: int) -> tuple[list[list[int]], list[list[float]]]:
+    def generate(sequences: list[list[int]], max_new_tokens: int, grammars: Sequence[str | None] | None = None,
+                 ) -> tuple[list[list[int]], list[list[float]]]:
         device = next(model.parameters()).device
+        constraint = (ReplyConstraint.for_tokenizer(tokenizer, sorted(eos)) if _constrained(grammars, sequences)
+                      else None)
         completions: list[list[int]] = [[] for _ in sequences]
         logprobs: list[list[float]] = [[] for _ in sequences]
         groups: dict[tuple[int, ...], list[int]] = {}
@@ -91,7 +111,11 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
                 cache.batch_repeat_interleave(n)
                 last = logits[:, -1, :].float().expand(n, -1)
                 live = [True] * n
+                matchers = ([None if grammars[r] is None else constraint.matcher(grammars[r]) for r in rows]
+                            if constraint is not None and grammars is not None else None)
                 for _ in range(max_new_tokens):
+                    if matchers is not None:
+                        last = constraint.mask_logits(last, matchers)
                     if temperature == 0:
                         log_p = torch.log_softmax(last, dim=-1)
                         token = log_p.argmax(dim=-1)
@@ -104,6 +128,8 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
                             completions[rows[j]].append(t)
                             logprobs[rows[j]].append(lp)
                             live[j] = t not in eos
+                            if matchers is not None and matchers[j] is not None:
+                                matchers[j].advance(t)
                     if not any(live):
                         break
                     logits, cache = _forward(model, input_ids=token.unsqueeze(-1), cache=cache)
@@ -117,11 +143,21 @@ def trainer_generator(trainer: GRPOTrainer, *, shared_prompt: bool = False) -> T
     """The trainer's own backend: its vLLM engine with `use_vllm=True`, else the policy through transformers
     (unwrapped for generation, with the trainer's sampling settings). With `shared_prompt` (and no vLLM), the
     policy samples through `shared_prompt_generator` at the trainer's temperature: each group's prompt runs
-    once (pass `generator=functools.partial(trainer_generator, shared_prompt=True)` to `make_rollout_func`)."""
+    once (pass `generator=functools.partial(trainer_generator, shared_prompt=True)` to `make_rollout_func`).
+
+    The local samplers take per-sequence reply grammars (`grammars=`, see `transformers_generator`). TRL's vLLM
+    generation takes no per-prompt settings, so the vLLM one refuses them: constrain vLLM for the whole run with
+    `GRPOConfig(generation_kwargs=vllm_structured_outputs(reply_gbnf()))` instead."""
     if getattr(trainer, "use_vllm", False):
         vllm = trainer.vllm_generation
 
-        def generate_vllm(sequences: list[list[int]], max_new_tokens: int):
+        def generate_vllm(sequences: list[list[int]], max_new_tokens: int,
+                          grammars: Sequence[str | None] | None = None):
+            if grammars is not None and any(g is not None for g in grammars):
+                raise ConfigError("per-sequence reply grammars need the transformers samplers: TRL's vLLM generation "
+                                  "takes one set of sampling settings per run. Play without constrain=, and constrain "
+                                  "vLLM with GRPOConfig(generation_kwargs=vllm_structured_outputs(reply_gbnf())), "
+                                  "or train with use_vllm=False")
             # TRL's vLLM generator samples up to the trainer's max_completion_length per call.
             _, completions, logprobs, _ = vllm.generate(prompts=sequences, images=None, num_generations=1)
             return ([list(c) for c in completions],
@@ -129,7 +165,7 @@ def trainer_generator(trainer: GRPOTrainer, *, shared_prompt: bool = False) -> T
 
         return generate_vllm
 
-    def generate_local(sequences: list[list[int]], max_new_tokens: int):
+    def generate_local(sequences: list[list[int]], max_new_tokens: int, grammars: Sequence[str | None] | None = None):
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
             if shared_prompt:
                 gen = shared_prompt_generator(model, trainer.processing_class, temperature=trainer.temperature,
@@ -138,9 +174,19 @@ def trainer_generator(trainer: GRPOTrainer, *, shared_prompt: bool = False) -> T
                 gen = transformers_generator(model, trainer.processing_class,
                                              generation_config=trainer.generation_config,
                                              eos_token_ids=trainer.eos_token_ids)
-            return gen(sequences, max_new_tokens)
+            return gen(sequences, max_new_tokens, grammars=grammars)
 
     return generate_local
+
+
+def _constrained(grammars: Sequence[str | None] | None, sequences: Sequence[Any]) -> bool:
+    """Whether any sequence has a grammar (checking there is one entry per sequence)."""
+    if grammars is None:
+        return False
+    if len(grammars) != len(sequences):
+        raise ConfigError(f"got {len(grammars)} grammars for {len(sequences)} sequences; pass one GBNF text (or None "
+                          "for no constraint) per sequence")
+    return any(g is not None for g in grammars)
 
 
 def load_gguf_policy(path: str | Path | None = None, *, dtype: Any = None,

@@ -15,7 +15,7 @@ import datasets
 from trl import GRPOTrainer
 
 from ...errors import ConfigError
-from .episodes import TokenGenerator, episode_metrics, play_episodes
+from .episodes import GrammarOf, TokenGenerator, episode_metrics, play_episodes
 from .generation import trainer_generator
 from .rows import RowEpisode
 
@@ -34,7 +34,8 @@ def _prompt_key(prompt: Any) -> str:
 
 def make_rollout_func(dataset: datasets.Dataset | Iterable[Mapping[str, Any]], *, max_reply_tokens: int = 96,
                       max_total_tokens: int | None = None, generator: Callable[[GRPOTrainer], TokenGenerator] | None
-                      = None, drop_zero_variance: bool = False,
+                      = None, drop_zero_variance: bool = False, constrain: bool = False,
+                      grammar_of: GrammarOf | None = None,
                       ) -> Callable[[list[Any], GRPOTrainer], dict[str, list[Any]]]:
     """A `rollout_func` for `GRPOTrainer` that plays each prompt's episode to the end of its horizon.
 
@@ -49,6 +50,10 @@ def make_rollout_func(dataset: datasets.Dataset | Iterable[Mapping[str, Any]], *
             sampling): their tokens are masked out of the loss and its normaliser, so they neither train nor
             dilute the groups that carry a signal. Each completion's `zero_variance_group` field (1.0 for a
             dropped group) is logged by `env_return` as `rlaif/zero_variance_group`, the share dropped.
+        constrain: sample each tick's reply under its grammar (see `play_episodes`); needs the transformers
+            samplers (`use_vllm=False`): with vLLM, constrain the run with `vllm_structured_outputs` instead.
+        grammar_of: the reply grammar of a tick, `(prompt, system_prompt) -> GBNF` (only with `constrain=True`);
+            default `tick_grammar`.
 
     Returns:
         `rollout_func(prompts, trainer)` returning one completion per prompt: `prompt_ids`,
@@ -56,9 +61,12 @@ def make_rollout_func(dataset: datasets.Dataset | Iterable[Mapping[str, Any]], *
         `format_valid_rate`, `executed_rate` and `replies` (forwarded to the reward functions).
 
     Raises:
-        ConfigError: two rows with the same first prompt name different episodes, or (when called) a
-            prompt that is not in `dataset`.
+        ConfigError: two rows with the same first prompt name different episodes, `grammar_of` without
+            `constrain=True`, or (when called) a prompt that is not in `dataset`.
     """
+    if grammar_of is not None and not constrain:
+        raise ConfigError("grammar_of= chooses the grammar of a constrained reply; pass constrain=True as well (or "
+                          "leave grammar_of out to sample unconstrained)")
     index: dict[str, RowEpisode] = {}
     identity: dict[str, tuple[Any, ...]] = {}
     for number, row in enumerate(dataset):
@@ -91,7 +99,8 @@ def make_rollout_func(dataset: datasets.Dataset | Iterable[Mapping[str, Any]], *
         if limit is None:  # the model's context
             limit = getattr(trainer.model.config.get_text_config(), "max_position_embeddings", None)
         results = play_episodes(specs, make_generator(trainer), trainer.processing_class,
-                                max_reply_tokens=max_reply_tokens, max_total_tokens=limit)
+                                max_reply_tokens=max_reply_tokens, max_total_tokens=limit, constrain=constrain,
+                                grammar_of=grammar_of)
         metrics = [episode_metrics([r]) for r in results]
         dropped = [0.0] * len(results)
         size = int(getattr(trainer, "num_generations", 1) or 1)
