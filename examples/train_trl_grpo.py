@@ -72,6 +72,7 @@ from trl import GRPOConfig
 
 from rlaif_gym import RLAIFEnvConfig
 from rlaif_gym.benchmark import cpu_model, load_average
+from rlaif_gym.encoding.grammar import TickIds, tick_gbnf
 from rlaif_gym.envs.decisions import DECISION_WORLD, DecisionPoint, decision_points
 from rlaif_gym.evals import baseline_reply, interval
 from rlaif_gym.evals.baselines import deceiver_on_market
@@ -436,6 +437,12 @@ def train_exact(model, choices: list[tuple[SideChoice, ...]], args: Args, log) -
     return curve
 
 
+def json_only_grammar(prompt: str, system_prompt: str) -> str:
+    """The tick's reply grammar without the think block (the form the format-only teacher writes and SFT taught):
+    the ids the prompt shows, and under the fixed stake a bet without an amount."""
+    return tick_gbnf(TickIds.from_prompt(prompt, system_prompt), think="never")
+
+
 def train_grpo(model, tokenizer, points: list[DecisionPoint], args: Args, out: Path):
     """The sampled variant: TRL's GRPO on single decisions (the reply, then waits to the resolution horizon), with
     TRL's loss; with --grpo-mirror-pairs each step holds its points beside their mirrors, in a seeded order of
@@ -456,7 +463,9 @@ def train_grpo(model, tokenizer, points: list[DecisionPoint], args: Args, out: P
     trainer = SharedPromptGRPOTrainer(
         model=model, reward_funcs=[env_return], args=grpo, train_dataset=train, processing_class=tokenizer,
         rollout_func=make_rollout_func(train, max_reply_tokens=args.max_reply_tokens, drop_zero_variance=True,
-                                       generator=functools.partial(trainer_generator, shared_prompt=True)),
+                                       generator=functools.partial(trainer_generator, shared_prompt=True),
+                                       constrain=args.constrain,
+                                       grammar_of=json_only_grammar if args.constrain else None),
     )
     trainer.train()
     curve = [{"update": int(h["step"]), "mean_return": float(h["reward"]),

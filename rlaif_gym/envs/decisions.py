@@ -40,10 +40,11 @@ import numpy as np
 
 from ..config import RLAIFEnvConfig
 from ..encoding.prompt import render_prompt, shown_feedback
-from ..encoding.reply import canonical_reply, parse_reply
+from ..encoding.reply import canonical_reply
 from ..encoding.view import mirror_view
 from ..errors import ConfigError, SearchCancelled, SearchLimitError
 from ..llm.scripted import ScriptedLLM
+from .glue import decode_reply
 from .inputs import MAX_SEED, check_config, check_int, check_seeds
 from .snapshot import EnvSnapshot
 from .text_env import RLAIFTextEnv, text_system_prompt
@@ -317,7 +318,8 @@ def _horizon_return(point: DecisionPoint, reply: str, ticks: int | None,
     first: dict[str, Any] = {}
     for t in range(point.resolution_horizon if ticks is None else ticks):
         if t == 0:
-            parsed = parse_reply(reply)
+            parsed, _ = decode_reply(reply, env.state, env.params, think_required=env.judge.think_required,
+                                     fixed_stake=env.config.fixed_stake)  # what the env's step reads
             sides = _sides(env, parsed.action.to_dict() if parsed.action else None)
         _, reward, terminated, truncated, info = env.step(reply if t == 0 else WAIT_REPLY)
         total += reward
