@@ -22,8 +22,9 @@ not tuned. One file, top to bottom (CleanRL style); `examples/train_trl_grpo.py`
    answered tick, each sampled under its tick's JSON-only grammar (`tick_gbnf(..., think="never")`: every sample
    is an action on ids the prompt shows), the env's tokens between replies masked out of the loss (`env_mask`).
    The reward is the episode return (`env_return`); groups whose returns are all equal are dropped and counted.
-   One group per micro-batch (`--prompts-per-step` micro-batches a step), so a GPU holds a group's logits at
-   once, never the whole step's.
+   A step's groups are sampled together and trained as `--prompts-per-step` micro-batches of `--num-generations`
+   episodes each (TRL shuffles them across the micro-batches), so a GPU holds 8 episodes' logits at once, never
+   the whole step's 64.
 4. **Scoring** on the episode sets (`episodes-v1/decision-world-a` and `-b`: 50 held-out episodes each, every tick
    answered) through `rlaif_gym.evals.run_episode_eval`, the `rlaif-gym eval` path, under the same `fixed_stake`
    rule (so each set is the named one with that override: its digest is its own). The model answers greedily and
@@ -116,7 +117,8 @@ class Args:
     grpo_steps: int = 300
     """GRPO optimizer steps."""
     prompts_per_step: int = 8
-    """Rows per GRPO step, each answered --num-generations times (one group per micro-batch)."""
+    """Rows per GRPO step, each answered --num-generations times; also the step's micro-batches (gradient
+    accumulation), each of --num-generations episodes."""
     num_generations: int = 8
     """GRPO group size: sampled episodes per row."""
     temperature: float = 1.0
