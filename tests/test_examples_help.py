@@ -22,6 +22,7 @@ EXAMPLES = {  # example -> the extra modules it imports at the top
     "train_sb3_ppo.py": ("stable_baselines3", "torch", "tyro"),
     "train_rllib_ppo.py": ("ray", "tyro"),
     "train_trl_grpo.py": ("trl", "peft", "torch", "tyro"),
+    "train_trl_episodes.py": ("trl", "peft", "torch", "tyro"),
     "decision_study.py": ("tyro",),
 }
 MIN_FIELDS = {"decision_study.py": 6}  # documented Args fields at least (the training examples: 10)
