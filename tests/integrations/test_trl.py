@@ -88,7 +88,8 @@ def test_rows_hold_the_text_envs_first_prompt_and_config():
         assert row["seed"] == seed and row["ticks"] == 2 and row["snapshot"] is None
         assert RowEpisode.from_row(**row).config == RLAIFEnvConfig(**CONFIG)
     tools = build_dataset([5], config=CONFIG, contract="environment_factory")
-    assert tools.column_names == ["prompt", "seed", "config", "snapshot", "ticks", "decisions"]
+    assert tools.column_names == ["prompt", "seed", "config", "snapshot", "ticks", "decisions", "mirrored"]
+    assert tools[0]["mirrored"] is False  # only build_dataset(..., mirrors=True) adds mirrored rows
     assert tools[0]["prompt"][1] == {"role": "user", "content": ""}  # TRL appends reset()'s prompt here
     with pytest.raises(ConfigError, match="at least one seed"):
         dataset_rows([])
