@@ -120,26 +120,37 @@ def test_a_decision_row_is_one_reply_then_the_continuation_waits_out_the_horizon
     assert res.rewards == [again.step(reply)[1], again.step(WAIT_REPLY)[1]]
 
 
+def _shared_prompt_trainer(model, tokenizer, tmp_path):
+    """A one-step `SharedPromptGRPOTrainer` over `model`, for calling its log-probability computation directly."""
+    return SharedPromptGRPOTrainer(model=model, reward_funcs=[env_return], processing_class=tokenizer,
+                                   train_dataset=build_dataset([0], config={**WORLD, "num_ticks": 3}),
+                                   args=GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2,
+                                                   num_generations=2, report_to=[], use_cpu=True,
+                                                   max_completion_length=8, disable_tqdm=True))
+
+
+def _left_padded(tokenizer, rows, width):
+    """(ids, attention mask) of (prompt, completion) token rows as TRL lays them out: each prompt left-padded to the
+    longest, each completion right-padded to `width` tokens."""
+    longest = max(len(prompt) for prompt, _ in rows)
+    ids, masks = [], []
+    for prompt, completion in rows:
+        pad, tail = longest - len(prompt), width - len(completion)
+        ids.append([tokenizer.pad_token_id] * pad + prompt + completion + [tokenizer.pad_token_id] * tail)
+        masks.append([0] * pad + [1] * (len(prompt) + len(completion)) + [0] * tail)
+    return torch.tensor(ids), torch.tensor(masks)
+
+
 def test_shared_prompt_logps_equal_trls_own(tokenizer, tmp_path):
     model = _tiny_model(tokenizer)
-    train = build_dataset([0], config={**WORLD, "num_ticks": 3})
-    trainer = SharedPromptGRPOTrainer(model=model, reward_funcs=[env_return], train_dataset=train,
-                                      processing_class=tokenizer, args=GRPOConfig(
-                                          output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2,
-                                          num_generations=2, report_to=[], use_cpu=True, max_completion_length=8,
-                                          disable_tqdm=True))
+    trainer = _shared_prompt_trainer(model, tokenizer, tmp_path)
     # two groups whose prompts share a start, as every prompt of a run shares the system prompt
     a = tokenizer("the same system prompt, then a longer prompt, of more tokens")["input_ids"]
     b = tokenizer("the same system prompt, then short")["input_ids"]
     assert a[:5] == b[:5]
     width, k = max(len(a), len(b)), 5
-    rows, masks = [], []
-    for prompt, completion in [(a, [5, 6, 7, 8, 9]), (a, [10, 11, 12]), (b, [13, 14, 15, 16, 17]), (b, [18, 19])]:
-        pad = width - len(prompt)
-        tail = [tokenizer.pad_token_id] * (k - len(completion))
-        rows.append([tokenizer.pad_token_id] * pad + prompt + completion + tail)
-        masks.append([0] * pad + [1] * (len(prompt) + len(completion)) + [0] * (k - len(completion)))
-    ids, mask = torch.tensor(rows), torch.tensor(masks)
+    ids, mask = _left_padded(tokenizer, [(a, [5, 6, 7, 8, 9]), (a, [10, 11, 12]), (b, [13, 14, 15, 16, 17]),
+                                         (b, [18, 19])], k)
     want, want_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, mask, k,
                                                                            compute_entropy=True)
     got, entropy = shared_prompt_logps(model, ids, mask, k, compute_entropy=True)
@@ -155,21 +166,12 @@ def test_shared_prompt_logps_give_trls_gradient_through_the_prompt(tokenizer, tm
     """The training step's gradient is TRL's own: the completions' loss reaches the weights through the prompt's
     keys and values (the side of a bet is read from the prompt), not only through the completion's tokens."""
     model = _tiny_model(tokenizer, seed=1)
-    train = build_dataset([0], config={**WORLD, "num_ticks": 3})
-    trainer = SharedPromptGRPOTrainer(model=model, reward_funcs=[env_return], train_dataset=train,
-                                      processing_class=tokenizer, args=GRPOConfig(
-                                          output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2,
-                                          num_generations=2, report_to=[], use_cpu=True, max_completion_length=8,
-                                          disable_tqdm=True))
+    trainer = _shared_prompt_trainer(model, tokenizer, tmp_path)
     a = tokenizer("a prompt the group shares, with evidence to read")["input_ids"]
     b = tokenizer("another prompt")["input_ids"]
     width, k = max(len(a), len(b)), 4
-    rows, masks = [], []
-    for prompt, completion in [(a, [5, 6, 7, 8]), (a, [10, 11]), (b, [13, 14, 15]), (b, [18, 19, 20, 21])]:
-        pad, tail = width - len(prompt), k - len(completion)
-        rows.append([tokenizer.pad_token_id] * pad + prompt + completion + [tokenizer.pad_token_id] * tail)
-        masks.append([0] * pad + [1] * (len(prompt) + len(completion)) + [0] * tail)
-    ids, mask = torch.tensor(rows), torch.tensor(masks)
+    ids, mask = _left_padded(tokenizer, [(a, [5, 6, 7, 8]), (a, [10, 11]), (b, [13, 14, 15]), (b, [18, 19, 20, 21])],
+                             k)
     real = mask[:, width:].bool()
     weights = torch.tensor([[1.0, -0.5, 0.25, 2.0]] * 4)  # advantages of any sign, per token
 
