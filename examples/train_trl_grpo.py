@@ -164,6 +164,9 @@ class Args:
     (what keeps RL from breaking the reply's form)."""
     learning_rate: float = 5e-4
     """AdamW learning rate of RL (of the LoRA adapter)."""
+    lr_scheduler: Literal["linear", "constant"] = "linear"
+    """--rl grpo: TRL's learning-rate schedule (`GRPOConfig.lr_scheduler_type`): "linear" decays to 0 over
+    --grpo-steps (TRL's default), "constant" keeps --learning-rate (as the exact variant's AdamW does)."""
     grpo_steps: int = 40
     """--rl grpo: optimizer steps."""
     prompts_per_step: int = 4
@@ -172,6 +175,11 @@ class Args:
     """--rl grpo: group size."""
     temperature: float = 1.0
     """--rl grpo: sampling temperature of the groups."""
+    common_draws: bool = False
+    """--rl grpo: the k-th reply of every group in a step samples from the same uniform numbers (common random
+    numbers, `shared_prompt_generator(common_draws=True)`): with the mirror pairs, a point's group and its mirror's
+    draw the same count of each side wherever the policy gives both the same odds, so a lean's gradient cancels
+    within the step."""
     grpo_mirror_pairs: bool = True
     """--rl grpo: every step holds each of its points beside its YES/NO mirror (`build_dataset(mirrors=True)`: the
     mirrored prompt, the reply's sides swapped back before the env plays it), the points in a seeded shuffled order
@@ -454,7 +462,8 @@ def train_grpo(model, tokenizer, points: list[DecisionPoint], args: Args, out: P
     grpo = GRPOConfig(
         output_dir=str(out), max_steps=args.grpo_steps, per_device_train_batch_size=args.prompts_per_step
         * args.num_generations, gradient_accumulation_steps=1, num_generations=args.num_generations,
-        learning_rate=args.learning_rate, beta=0.0, temperature=args.temperature, top_k=0, top_p=1.0,
+        learning_rate=args.learning_rate, lr_scheduler_type=args.lr_scheduler, beta=0.0,
+        temperature=args.temperature, top_k=0, top_p=1.0,
         scale_rewards="none", max_completion_length=args.max_reply_tokens, logging_steps=1, report_to=[],
         save_strategy="no", use_cpu=args.device == "cpu", seed=args.seed, bf16=args.precision == "bf16", fp16=False,
         dataloader_num_workers=0, disable_tqdm=True, gradient_checkpointing=False,
@@ -463,7 +472,8 @@ def train_grpo(model, tokenizer, points: list[DecisionPoint], args: Args, out: P
     trainer = SharedPromptGRPOTrainer(
         model=model, reward_funcs=[env_return], args=grpo, train_dataset=train, processing_class=tokenizer,
         rollout_func=make_rollout_func(train, max_reply_tokens=args.max_reply_tokens, drop_zero_variance=True,
-                                       generator=functools.partial(trainer_generator, shared_prompt=True),
+                                       generator=functools.partial(trainer_generator, shared_prompt=True,
+                                                                   common_draws=args.common_draws),
                                        constrain=args.constrain,
                                        grammar_of=json_only_grammar if args.constrain else None),
     )

@@ -392,20 +392,20 @@ def _manual_logprobs(model, seq: list[int], out: list[int], grammar: str, constr
     return masked, free
 
 
-@pytest.mark.parametrize("which", ["shared_prompt", "transformers"])
+@pytest.mark.parametrize("which", ["shared_prompt", "shared_prompt_common_draws", "transformers"])
 def test_constrained_generation_with_the_real_model_writes_only_valid_replies(policy, constraint, ticks, which):
     model, tok = policy
     compact = [t for t in ticks if t[0] == "compact"]
     picked = [compact[0], compact[-1]]
-    per_prompt = 8 if which == "shared_prompt" else 4
+    per_prompt = 4 if which == "transformers" else 8
     seqs, grammars, tick_ids = [], [], []
     for _, prompt, system, ids in picked:
         seqs += [_chat(tok, system, prompt)] * per_prompt
         grammars += [tick_gbnf(ids, SMALL)] * per_prompt
         tick_ids += [ids] * per_prompt
     torch.manual_seed(3)
-    if which == "shared_prompt":
-        generate = shared_prompt_generator(model, tok, temperature=1.0)
+    if which.startswith("shared_prompt"):
+        generate = shared_prompt_generator(model, tok, temperature=1.0, common_draws=which.endswith("common_draws"))
     else:
         generate = transformers_generator(model, tok, do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
     outs, lps = generate(seqs, reply_max_chars(SMALL) + 1, grammars=grammars)

@@ -209,6 +209,51 @@ def test_the_shared_prompt_sampler_reports_the_logprobs_it_sampled_from(tokenize
     assert greedy([prompt], 5)[0] == greedy([prompt, prompt], 5)[0][:1]
 
 
+def test_common_draws_give_groups_of_one_distribution_the_same_samples(tokenizer):
+    # With the final norm zeroed, every prompt gets the same (uniform) next-token distribution: groups of two
+    # prompts then differ only by their random numbers.
+    model = _tiny_model(tokenizer)
+    with torch.no_grad():
+        model.model.norm.weight.zero_()
+    point = tokenizer("a point's prompt")["input_ids"]
+    mirror = tokenizer("its mirror's prompt, longer")["input_ids"]
+    batch = [point] * 4 + [mirror] * 4
+    torch.manual_seed(5)
+    common, common_lps = shared_prompt_generator(model, tokenizer, temperature=1.0, common_draws=True)(batch, 6)
+    assert common[:4] == common[4:] and common_lps[:4] == common_lps[4:]
+    assert len({tuple(c) for c in common[:4]}) == 4  # the rows of one group draw different numbers
+    torch.manual_seed(5)
+    again, _ = shared_prompt_generator(model, tokenizer, temperature=1.0, common_draws=True)(batch, 6)
+    assert again == common  # the numbers come from torch's global generator (seeded runs repeat)
+    torch.manual_seed(5)
+    own, _ = shared_prompt_generator(model, tokenizer, temperature=1.0)(batch, 6)
+    assert own[:4] != own[4:]
+
+
+def test_common_draws_sample_each_row_from_its_own_distribution(tokenizer):
+    model = _tiny_model(tokenizer, seed=1)
+    prompt = tokenizer("one prompt, many samples")["input_ids"]
+    other = tokenizer("another prompt")["input_ids"]
+    n = 3000
+    torch.manual_seed(11)
+    ids, lps = shared_prompt_generator(model, tokenizer, temperature=0.02, common_draws=True)(
+        [prompt] * n + [other] * n, 1)
+    for rows, seq in ((range(n), prompt), (range(n, 2 * n), other)):
+        with torch.no_grad():
+            probs = torch.softmax(model(torch.tensor([seq])).logits[0, -1].float() / 0.02, -1)
+        counts = torch.bincount(torch.tensor([ids[r][0] for r in rows]), minlength=probs.numel()).float()
+        for token in probs.topk(3).indices.tolist():  # each frequent token's share is its probability
+            p = float(probs[token])
+            assert abs(float(counts[token]) / n - p) <= 4 * math.sqrt(p * (1 - p) / n) + 1e-9, (token, p)
+        assert all(abs(math.exp(lps[r][0]) - float(probs[ids[r][0]])) < 1e-3 for r in rows)
+        assert float(probs[counts > 0].min()) > 0  # a token without mass is never taken
+
+
+def test_common_draws_are_a_setting_of_the_shared_prompt_sampler():
+    with pytest.raises(ConfigError, match="shared_prompt=True"):
+        trainer_generator(object(), common_draws=True)
+
+
 def test_grpo_on_single_decisions_drops_and_counts_zero_variance_groups(tokenizer, points, tmp_path):
     train = build_dataset(points=points, ticks=1, decisions=1)
     rollout = make_rollout_func(train, max_reply_tokens=8, drop_zero_variance=True,

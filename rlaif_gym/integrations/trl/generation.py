@@ -75,7 +75,7 @@ def transformers_generator(model: PreTrainedModel, tokenizer: PreTrainedTokenize
 
 
 def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, temperature: float = 1.0,
-                            eos_token_ids: Sequence[int] | None = None) -> TokenGenerator:
+                            eos_token_ids: Sequence[int] | None = None, common_draws: bool = False) -> TokenGenerator:
     """A `TokenGenerator` that runs each distinct sequence of a batch once and samples all its continuations from
     that one KV cache: a GRPO group (or an evaluation's samples of one state) pays for its long prompt once, and
     the start every sequence of the batch shares (the system prompt) runs once for all of them.
@@ -88,6 +88,15 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     or None: a constrained row's logits are masked to the tokens its grammar allows before the temperature and
     the softmax (greedy takes the best allowed token), so each logprob is under the distribution renormalised
     over the allowed tokens, the one the token was drawn from.
+
+    With `common_draws`, the k-th continuation of every distinct sequence in one call samples from the same uniform
+    numbers (inverse-CDF sampling, one uniform per continuation and token, drawn from torch's global generator once
+    per call): common random numbers across a GRPO step's groups. Each continuation is still an exact draw from its
+    own distribution, with the same logprob; what changes is that two groups whose distributions agree draw the
+    same tokens. A point's group and its YES/NO mirror's (`build_dataset(..., mirrors=True)`) then draw the same
+    count of each side wherever the policy gives both prompts the same odds, so the part of the step's gradient
+    that moves every prompt's side alike (a lean) cancels within the step instead of only on average
+    (docs/trl.md, "The sampled variant").
     """
     eos = set(eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id])
     if temperature < 0:
@@ -104,6 +113,8 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
         for i, seq in enumerate(sequences):
             groups.setdefault(tuple(seq), []).append(i)
         shared = _PrefixCache(model, list(groups), device)
+        draws = (torch.rand(max(len(rows) for rows in groups.values()), max_new_tokens)
+                 if common_draws and temperature > 0 else None)
         with torch.no_grad():
             for key, rows in groups.items():
                 n = len(rows)
@@ -113,7 +124,7 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
                 live = [True] * n
                 matchers = ([None if grammars[r] is None else constraint.matcher(grammars[r]) for r in rows]
                             if constraint is not None and grammars is not None else None)
-                for _ in range(max_new_tokens):
+                for step in range(max_new_tokens):
                     if matchers is not None:
                         last = constraint.mask_logits(last, matchers)
                     if temperature == 0:
@@ -121,7 +132,8 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
                         token = log_p.argmax(dim=-1)
                     else:
                         log_p = torch.log_softmax(last / temperature, dim=-1)
-                        token = torch.multinomial(log_p.exp(), 1).squeeze(-1)
+                        token = (torch.multinomial(log_p.exp(), 1).squeeze(-1) if draws is None
+                                 else _inverse_cdf(log_p.exp(), draws[:n, step].to(last.device)))
                     chosen = log_p.gather(-1, token.unsqueeze(-1)).squeeze(-1).tolist()
                     for j, (t, lp) in enumerate(zip(token.tolist(), chosen, strict=True)):
                         if live[j]:
@@ -139,15 +151,31 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     return generate
 
 
-def trainer_generator(trainer: GRPOTrainer, *, shared_prompt: bool = False) -> TokenGenerator:
+def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """One token per row of `probs` (rows of a distribution), the one whose cumulative interval holds that row's
+    uniform in [0, 1): a token without mass is never taken (rounding at the top end takes the last one with
+    mass)."""
+    cdf = probs.cumsum(-1)
+    token = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1).contiguous(), right=True).squeeze(-1)
+    last = probs.size(-1) - 1 - (probs.flip(-1) > 0).int().argmax(-1)
+    return torch.minimum(token, last)
+
+
+def trainer_generator(trainer: GRPOTrainer, *, shared_prompt: bool = False, common_draws: bool = False,
+                      ) -> TokenGenerator:
     """The trainer's own backend: its vLLM engine with `use_vllm=True`, else the policy through transformers
     (unwrapped for generation, with the trainer's sampling settings). With `shared_prompt` (and no vLLM), the
     policy samples through `shared_prompt_generator` at the trainer's temperature: each group's prompt runs
-    once (pass `generator=functools.partial(trainer_generator, shared_prompt=True)` to `make_rollout_func`).
+    once (pass `generator=functools.partial(trainer_generator, shared_prompt=True)` to `make_rollout_func`);
+    `common_draws` (only with `shared_prompt`) gives the step's groups common random numbers (see
+    `shared_prompt_generator`).
 
     The local samplers take per-sequence reply grammars (`grammars=`, see `transformers_generator`). TRL's vLLM
     generation takes no per-prompt settings, so the vLLM one refuses them: constrain vLLM for the whole run with
     `GRPOConfig(generation_kwargs=vllm_structured_outputs(reply_gbnf()))` instead."""
+    if common_draws and (not shared_prompt or getattr(trainer, "use_vllm", False)):
+        raise ConfigError("common_draws= is a setting of the shared-prompt sampler: pass shared_prompt=True as well, "
+                          "with use_vllm=False (vLLM and transformers' generate draw their own random numbers)")
     if getattr(trainer, "use_vllm", False):
         vllm = trainer.vllm_generation
 
@@ -169,7 +197,7 @@ def trainer_generator(trainer: GRPOTrainer, *, shared_prompt: bool = False) -> T
         with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
             if shared_prompt:
                 gen = shared_prompt_generator(model, trainer.processing_class, temperature=trainer.temperature,
-                                              eos_token_ids=trainer.eos_token_ids)
+                                              eos_token_ids=trainer.eos_token_ids, common_draws=common_draws)
             else:
                 gen = transformers_generator(model, trainer.processing_class,
                                              generation_config=trainer.generation_config,
