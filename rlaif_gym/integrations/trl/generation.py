@@ -153,12 +153,15 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
 
 def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """One token per row of `probs` (rows of a distribution), the one whose cumulative interval holds that row's
-    uniform in [0, 1): a token without mass is never taken (rounding at the top end takes the last one with
-    mass)."""
+    uniform in [0, 1): a token without mass is never taken. Only a draw at or past the top of the cumulative sum
+    (rounding, or zero-mass tokens at the end) finds no interval; it takes the last token with mass."""
     cdf = probs.cumsum(-1)
     token = torch.searchsorted(cdf, (uniforms * cdf[:, -1]).unsqueeze(-1).contiguous(), right=True).squeeze(-1)
-    last = probs.size(-1) - 1 - (probs.flip(-1) > 0).int().argmax(-1)
-    return torch.minimum(token, last)
+    past = token >= probs.size(-1)
+    if past.any():  # rare: the scan for the last token with mass runs only then
+        last = probs.size(-1) - 1 - (probs.flip(-1) > 0).int().argmax(-1)
+        token = torch.where(past, last, token)
+    return token
 
 
 def trainer_generator(trainer: GRPOTrainer, *, shared_prompt: bool = False, common_draws: bool = False,
