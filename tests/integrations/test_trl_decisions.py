@@ -120,13 +120,14 @@ def test_a_decision_row_is_one_reply_then_the_continuation_waits_out_the_horizon
     assert res.rewards == [again.step(reply)[1], again.step(WAIT_REPLY)[1]]
 
 
-def _shared_prompt_trainer(model, tokenizer, tmp_path):
+def _shared_prompt_trainer(model, tokenizer, tmp_path, temperature=1.0):
     """A one-step `SharedPromptGRPOTrainer` over `model`, for calling its log-probability computation directly."""
     return SharedPromptGRPOTrainer(model=model, reward_funcs=[env_return], processing_class=tokenizer,
                                    train_dataset=build_dataset([0], config={**WORLD, "num_ticks": 3}),
                                    args=GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2,
                                                    num_generations=2, report_to=[], use_cpu=True,
-                                                   max_completion_length=8, disable_tqdm=True))
+                                                   max_completion_length=8, disable_tqdm=True,
+                                                   temperature=temperature))
 
 
 def _left_padded(tokenizer, rows, width):
@@ -141,9 +142,11 @@ def _left_padded(tokenizer, rows, width):
     return torch.tensor(ids), torch.tensor(masks)
 
 
-def test_shared_prompt_logps_equal_trls_own(tokenizer, tmp_path):
+@pytest.mark.parametrize("temperature", [1.0, 2.0])
+def test_shared_prompt_logps_equal_trls_own(tokenizer, tmp_path, temperature):
+    """At the trainer's temperature, as TRL's fused head takes them: a run sampled at 2.0 has TRL's loss at 2.0."""
     model = _tiny_model(tokenizer)
-    trainer = _shared_prompt_trainer(model, tokenizer, tmp_path)
+    trainer = _shared_prompt_trainer(model, tokenizer, tmp_path, temperature)
     # two groups whose prompts share a start, as every prompt of a run shares the system prompt
     a = tokenizer("the same system prompt, then a longer prompt, of more tokens")["input_ids"]
     b = tokenizer("the same system prompt, then short")["input_ids"]
@@ -153,11 +156,14 @@ def test_shared_prompt_logps_equal_trls_own(tokenizer, tmp_path):
                                          (b, [18, 19])], k)
     want, want_entropy, _ = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, mask, k,
                                                                            compute_entropy=True)
-    got, entropy = shared_prompt_logps(model, ids, mask, k, compute_entropy=True)
+    got, entropy, _ = trainer._get_per_token_logps_and_entropies(model, ids, mask, k, compute_entropy=True)
     real = mask[:, width:].bool()
     # float32 noise only: TRL's fused head sums the vocabulary's log-sum-exp in chunks (about 3e-4 on -10.8)
     assert torch.allclose(got[real], want[real], atol=1e-3) and torch.allclose(entropy[real], want_entropy[real],
                                                                                 atol=1e-3)
+    if temperature != 1.0:  # the temperature is what makes them agree, not a coincidence of a flat tiny model
+        at_one = shared_prompt_logps(model, ids, mask, k)[0]
+        assert (at_one[real] - want[real]).abs().max() > 1e-2
     got[real].sum().backward()  # the completions carry the graph
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
 

@@ -22,9 +22,13 @@ _log = logging.getLogger(__name__)
 
 
 def shared_prompt_logps(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
-                        compute_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                        compute_entropy: bool = False, temperature: float = 1.0,
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probabilities (and entropies) of the last `logits_to_keep` tokens of each row, running each
     distinct prompt once for all the rows that share it.
+
+    Both are under the policy at `temperature` (the logits divided by it before the softmax), as TRL's fused head
+    computes them at the trainer's `temperature`: the loss of a run sampled at 2.0 is TRL's at 2.0, not at 1.
 
     `input_ids` is TRL's layout: left-padded prompts, then right-padded completions of `logits_to_keep` tokens.
     Rows whose prompt (its unpadded ids) is the same, as a GRPO group's are, share one forward pass of the
@@ -58,6 +62,8 @@ def shared_prompt_logps(model: Any, input_ids: torch.Tensor, attention_mask: tor
         mask = torch.cat([torch.ones((n, len(key)), dtype=attention_mask.dtype, device=attention_mask.device),
                           attention_mask[rows, p:-1]], dim=1)
         logits = _forward(model, input_ids=step, attention_mask=mask, cache=cache)[0].float()
+        if temperature != 1.0:
+            logits = logits / temperature
         log_all = torch.log_softmax(logits, dim=-1)
         pieces_lp.append(log_all.gather(-1, completion.unsqueeze(-1)).squeeze(-1))
         if compute_entropy:
@@ -96,7 +102,8 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
         with self.accelerator.autocast():
-            logps, entropies = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy)
+            logps, entropies = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy,
+                                                   temperature=self.temperature)
         return logps, entropies, None
 
 
