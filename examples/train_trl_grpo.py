@@ -176,10 +176,11 @@ class Args:
     temperature: float = 1.0
     """--rl grpo: sampling temperature of the groups."""
     common_draws: bool = False
-    """--rl grpo: the k-th reply of every group in a step samples from the same uniform numbers (common random
-    numbers, `shared_prompt_generator(common_draws=True)`): with the mirror pairs, a point's group and its mirror's
-    draw the same count of each side wherever the policy gives both the same odds, so a lean's gradient cancels
-    within the step."""
+    """--rl grpo: the k-th reply of a point's group and of its mirror's sample from the same uniform numbers
+    (common random numbers, `shared_prompt_generator(common_draws=2)`), each pair its own: the two draw the same
+    count of each side wherever the policy gives both the same odds, so a lean's gradient cancels within the pair
+    (needs --grpo-mirror-pairs; the runs of 2026-12-07 before this rule shared one set among all of a step's
+    groups: docs/trl.md)."""
     grpo_mirror_pairs: bool = True
     """--rl grpo: every step holds each of its points beside its YES/NO mirror (`build_dataset(mirrors=True)`: the
     mirrored prompt, the reply's sides swapped back before the env plays it), the points in a seeded shuffled order
@@ -262,6 +263,9 @@ def parse_args() -> Args:
     if args.grpo_mirror_pairs and args.prompts_per_step % 2:
         raise SystemExit(f"--grpo-mirror-pairs (the default) puts each point beside its mirror in one step: it needs "
                          f"an even --prompts-per-step (got {args.prompts_per_step}); or pass --no-grpo-mirror-pairs")
+    if args.common_draws and not args.grpo_mirror_pairs:
+        raise SystemExit("--common-draws gives a point's group and its mirror's the same random numbers: it needs "
+                         "--grpo-mirror-pairs (the default)")
     if args.points_per_step < 1:
         raise SystemExit(f"--points-per-step counts decision points per optimizer step, 1 or more (2 or more, even, "
                          f"with --mirror-pairs), got {args.points_per_step}")
@@ -473,7 +477,7 @@ def train_grpo(model, tokenizer, points: list[DecisionPoint], args: Args, out: P
         model=model, reward_funcs=[env_return], args=grpo, train_dataset=train, processing_class=tokenizer,
         rollout_func=make_rollout_func(train, max_reply_tokens=args.max_reply_tokens, drop_zero_variance=True,
                                        generator=functools.partial(trainer_generator, shared_prompt=True,
-                                                                   common_draws=args.common_draws),
+                                                                   common_draws=2 if args.common_draws else False),
                                        constrain=args.constrain,
                                        grammar_of=json_only_grammar if args.constrain else None),
     )

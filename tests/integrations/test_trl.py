@@ -732,6 +732,7 @@ def test_the_example_refuses_a_deceived_share_outside_zero_to_one():
     (["--points-per-step", "0"], "--points-per-step counts decision points per optimizer step, 1 or more"),
     (["--points-per-step", "3"], "--mirror-pairs (the default) puts each point beside its mirror in one batch"),
     (["--mirror-share", "0.5"], "for the coin, pass --no-mirror-pairs"),
+    (["--common-draws", "--no-grpo-mirror-pairs"], "--common-draws gives a point's group and its mirror's"),
 ])
 def test_the_example_refuses_a_batching_it_cannot_run(flags, message):
     """An endless run, an empty batch, a mirror pair split across batches, or the mirror coin on top of the pairs:

@@ -236,6 +236,28 @@ def test_common_draws_give_groups_of_one_distribution_the_same_samples(tokenizer
     assert own[:4] != own[4:]
 
 
+def test_common_draws_in_pairs_share_within_a_pair_only(tokenizer):
+    # `common_draws=2`: each run of two distinct prompts (a point, then its mirror) shares its numbers, and the
+    # pairs draw their own, so a step's groups do not all tie together.
+    model = _tiny_model(tokenizer)
+    with torch.no_grad():
+        model.model.norm.weight.zero_()  # every prompt the same distribution: only the numbers tell groups apart
+    prompts = [tokenizer(text)["input_ids"] for text in ("point one", "its mirror, longer", "point two, other",
+                                                          "the second mirror")]
+    batch = [p for p in prompts for _ in range(3)]
+    torch.manual_seed(7)
+    ids, _ = shared_prompt_generator(model, tokenizer, temperature=1.0, common_draws=2)(batch, 5)
+    groups = [ids[3 * g:3 * g + 3] for g in range(4)]
+    assert groups[0] == groups[1] and groups[2] == groups[3]
+    assert groups[0] != groups[2]
+    torch.manual_seed(7)
+    everyone, _ = shared_prompt_generator(model, tokenizer, temperature=1.0, common_draws=True)(batch, 5)
+    assert all(everyone[3 * g:3 * g + 3] == everyone[:3] for g in range(4))
+    for bad in (0.5, -1, "2"):
+        with pytest.raises(ConfigError, match="common_draws"):
+            shared_prompt_generator(model, tokenizer, common_draws=bad)
+
+
 def test_common_draws_sample_each_row_from_its_own_distribution(tokenizer):
     model = _tiny_model(tokenizer, seed=1)
     prompt = tokenizer("one prompt, many samples")["input_ids"]

@@ -75,7 +75,8 @@ def transformers_generator(model: PreTrainedModel, tokenizer: PreTrainedTokenize
 
 
 def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, temperature: float = 1.0,
-                            eos_token_ids: Sequence[int] | None = None, common_draws: bool = False) -> TokenGenerator:
+                            eos_token_ids: Sequence[int] | None = None, common_draws: bool | int = False,
+                            ) -> TokenGenerator:
     """A `TokenGenerator` that runs each distinct sequence of a batch once and samples all its continuations from
     that one KV cache: a GRPO group (or an evaluation's samples of one state) pays for its long prompt once, and
     the start every sequence of the batch shares (the system prompt) runs once for all of them.
@@ -89,18 +90,25 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     the softmax (greedy takes the best allowed token), so each logprob is under the distribution renormalised
     over the allowed tokens, the one the token was drawn from.
 
-    With `common_draws`, the k-th continuation of every distinct sequence in one call samples from the same uniform
-    numbers (inverse-CDF sampling, one uniform per continuation and token, drawn from torch's global generator once
-    per call): common random numbers across a GRPO step's groups. Each continuation is still an exact draw from its
-    own distribution, with the same logprob; what changes is that two groups whose distributions agree draw the
-    same tokens. A point's group and its YES/NO mirror's (`build_dataset(..., mirrors=True)`) then draw the same
-    count of each side wherever the policy gives both prompts the same odds, so the part of the step's gradient
-    that moves every prompt's side alike (a lean) cancels within the step instead of only on average
-    (docs/trl.md, "The sampled variant").
+    With `common_draws`, groups share their random numbers: the k-th continuation of each group in a set samples
+    from the same uniform numbers (inverse-CDF sampling, one uniform per continuation and token, drawn from torch's
+    global generator once per call). `True`: one set, every distinct sequence of the call; an int n: each run of n
+    consecutive distinct sequences (in the order they first appear) is a set, and the sets draw independently.
+    Each continuation is still an exact draw from its own distribution, with the same logprob; what changes is
+    that two groups of a set whose distributions agree draw the same tokens. With `common_draws=2` and rows in
+    point-then-mirror order (`build_dataset(..., mirrors=True)`, TRL's shuffle off), a point's group and its YES/NO
+    mirror's draw the same count of each side wherever the policy gives both prompts the same odds, so the part of
+    the step's gradient that moves every prompt's side alike (a lean) cancels within the pair instead of only on
+    average, while different pairs stay independent samples (with `True`, every group of a step draws from the
+    same numbers, so their ties come together; docs/trl.md, "The sampled variant").
     """
     eos = set(eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id])
     if temperature < 0:
         raise ConfigError(f"temperature must be >= 0, got {temperature}")
+    if common_draws is not True and common_draws is not False and (
+            not isinstance(common_draws, int) or common_draws < 1):
+        raise ConfigError(f"common_draws must be True, False or a run length >= 1 (2: a point and its mirror), "
+                          f"got {common_draws!r}")
 
     def generate(sequences: list[list[int]], max_new_tokens: int, grammars: Sequence[str | None] | None = None,
                  ) -> tuple[list[list[int]], list[list[float]]]:
@@ -113,10 +121,11 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
         for i, seq in enumerate(sequences):
             groups.setdefault(tuple(seq), []).append(i)
         shared = _PrefixCache(model, list(groups), device)
-        draws = (torch.rand(max(len(rows) for rows in groups.values()), max_new_tokens)
+        span = len(groups) if common_draws is True else int(common_draws)
+        draws = (torch.rand(-(-len(groups) // span), max(len(rows) for rows in groups.values()), max_new_tokens)
                  if common_draws and temperature > 0 else None)
         with torch.no_grad():
-            for key, rows in groups.items():
+            for g, (key, rows) in enumerate(groups.items()):
                 n = len(rows)
                 logits, cache = shared.extend(key, len(key))
                 cache.batch_repeat_interleave(n)
@@ -133,7 +142,7 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
                     else:
                         log_p = torch.log_softmax(last / temperature, dim=-1)
                         token = (torch.multinomial(log_p.exp(), 1).squeeze(-1) if draws is None
-                                 else _inverse_cdf(log_p.exp(), draws[:n, step].to(last.device)))
+                                 else _inverse_cdf(log_p.exp(), draws[g // span, :n, step].to(last.device)))
                     chosen = log_p.gather(-1, token.unsqueeze(-1)).squeeze(-1).tolist()
                     for j, (t, lp) in enumerate(zip(token.tolist(), chosen, strict=True)):
                         if live[j]:
@@ -164,14 +173,14 @@ def _inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return token
 
 
-def trainer_generator(trainer: GRPOTrainer, *, shared_prompt: bool = False, common_draws: bool = False,
+def trainer_generator(trainer: GRPOTrainer, *, shared_prompt: bool = False, common_draws: bool | int = False,
                       ) -> TokenGenerator:
     """The trainer's own backend: its vLLM engine with `use_vllm=True`, else the policy through transformers
     (unwrapped for generation, with the trainer's sampling settings). With `shared_prompt` (and no vLLM), the
     policy samples through `shared_prompt_generator` at the trainer's temperature: each group's prompt runs
     once (pass `generator=functools.partial(trainer_generator, shared_prompt=True)` to `make_rollout_func`);
-    `common_draws` (only with `shared_prompt`) gives the step's groups common random numbers (see
-    `shared_prompt_generator`).
+    `common_draws` (only with `shared_prompt`) gives the step's groups common random numbers, all of them (True)
+    or each run of that many (2: a point and its mirror; see `shared_prompt_generator`).
 
     The local samplers take per-sequence reply grammars (`grammars=`, see `transformers_generator`). TRL's vLLM
     generation takes no per-prompt settings, so the vLLM one refuses them: constrain vLLM for the whole run with
