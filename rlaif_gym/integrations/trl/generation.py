@@ -105,8 +105,7 @@ def shared_prompt_generator(model: PreTrainedModel, tokenizer: PreTrainedTokeniz
     eos = set(eos_token_ids if eos_token_ids is not None else [tokenizer.eos_token_id])
     if temperature < 0:
         raise ConfigError(f"temperature must be >= 0, got {temperature}")
-    if common_draws is not True and common_draws is not False and (
-            not isinstance(common_draws, int) or common_draws < 1):
+    if not isinstance(common_draws, bool) and (not isinstance(common_draws, int) or common_draws < 1):
         raise ConfigError(f"common_draws must be True, False or a run length >= 1 (2: a point and its mirror), "
                           f"got {common_draws!r}")
 

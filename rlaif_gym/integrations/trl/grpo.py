@@ -101,9 +101,15 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size=batch_size,
                 compute_entropy=compute_entropy, compute_aux_loss=compute_aux_loss, **extra)
+        return (*self.policy_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy), None)
+
+    def policy_logps(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int,
+                     compute_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The per-token log-probabilities (and entropies) this trainer's loss takes, in TRL's layout: those of
+        `shared_prompt_logps` at the trainer's temperature, under its autocast. The public face of the TRL 1.16
+        override above (tests compare it with TRL's own computation)."""
         with self.accelerator.autocast():
-            logps, entropies = shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy,
-                                                   temperature=self.temperature)
-        return logps, entropies, None
+            return shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy,
+                                       temperature=self.temperature)
 
 
